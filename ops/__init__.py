@@ -1,0 +1,28 @@
+"""The op table and the functional API: ``ops.<type>(...)`` records op ``<type>`` on the tape.
+
+Every registered op is exported here under its type name (``ops.relu``, ``ops.matmul``,
+``ops.elementwise_add``, the seed's ``ops.mul``); ``ops.aliases`` adds the short names users
+expect (``ops.add``, ``ops.multiply``, ...). Positional arguments fill input slots in order and
+keyword arguments are attributes::
+
+    >>> import numpy as np, tape, ops
+    >>> x = tape.Variable(np.array([[1.0, -2.0]], np.float32))
+    >>> ops.relu(x).numpy()
+    array([[1., 0.]], dtype=float32)
+    >>> ops.reduce_sum(x, axis=1, keepdim=True).numpy()
+    array([[-1.]], dtype=float32)
+"""
+
+from ops import registry
+from ops.registry import REGISTRY, OpDef, lookup, register
+from ops import elementwise, unary, compare, reduce, matmul, shape, nn, fill, random  # noqa: F401
+from ops import conv, pool, norm, embedding, optimizer  # noqa: F401
+from tape import operators as _operators
+from tape import tape as _engine
+
+registry._dispatch = _engine.dispatch
+_operators.install()
+globals().update(REGISTRY)
+from ops.aliases import *  # noqa: E402,F401,F403
+
+__all__ = sorted(REGISTRY) + ["REGISTRY", "OpDef", "lookup", "register"]

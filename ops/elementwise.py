@@ -1,0 +1,206 @@
+"""Binary elementwise ops with numpy broadcasting and Paddle's ``axis`` attribute.
+
+``axis=-1`` is numpy broadcasting. Any other ``axis`` aligns Y's dimensions with X's starting
+there (Paddle): X (N, C, H, W) + Y (C,) with ``axis=1`` adds Y along C. Gradients reduce a
+broadcast gradient back to each input's shape with the shared ``reduce.sum_to`` helper.
+"""
+
+from __future__ import annotations
+
+from ops.infer import align_y, broadcast_shapes, result_dtype
+from ops.reduce import sum_to
+from ops.registry import Attr, register
+from tape.errors import ShapeError
+from tape.tape import apply
+
+_AXIS = {"axis": Attr("int", -1)}
+
+
+def infer_binary(attrs, x, y):
+    """Broadcast shape of X and (aligned) Y; numpy's promotion of their dtypes."""
+    return broadcast_shapes(None, x.shape, _aligned_shape(x, y, attrs["axis"])), result_dtype(x, y)
+
+
+def _aligned_shape(x, y, axis):
+    if axis == -1:
+        return y.shape
+    if not 0 <= axis <= len(x.shape) - len(y.shape):
+        raise ShapeError(None, "attribute 'axis' does not place Y inside X",
+                         expected=f"0 <= axis <= X.ndim - Y.ndim = {len(x.shape) - len(y.shape)}",
+                         actual=f"axis={axis}, X.shape={x.shape}, Y.shape={y.shape}")
+    for i, dim in enumerate(y.shape):
+        if dim != 1 and dim != x.shape[axis + i]:
+            raise ShapeError(None, "Y does not match X's dimensions at 'axis'",
+                             expected=f"Y.shape == X.shape[{axis}:{axis + len(y.shape)}] "
+                             "(or 1s)", actual=f"X.shape={x.shape}, Y.shape={y.shape}")
+    return align_y(x.shape, y.shape, axis)
+
+
+def aligned(x, y, attrs):
+    """Y reshaped for numpy broadcasting against X under Paddle's ``axis`` rule."""
+    axis = attrs["axis"]
+    if axis == -1 or y.ndim >= x.ndim:
+        return y
+    return y.reshape(align_y(x.shape, y.shape, axis))
+
+
+def grad_y(g, x, y, attrs):
+    """Reduces a gradient of the output to Y's shape, undoing Paddle's alignment."""
+    axis = attrs["axis"]
+    if axis == -1 or len(y.shape) >= len(x.shape):
+        return sum_to(g, y.shape)
+    from ops.shape import reshape
+
+    return reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape)
+
+
+_FACTS = dict(inputs=("X", "Y"), outputs=("Out",), attrs=_AXIS, infer=infer_binary,
+              elementwise=True)
+
+
+@register("elementwise_add", no_need_buffer=("X", "Y"), **_FACTS)
+def elementwise_add(xp, attrs, x, y):
+    """Out = X + Y.  dX = dOut, dY = dOut (each summed back to its input's shape)."""
+    return x + aligned(x, y, attrs)
+
+
+@elementwise_add.gradient
+def _(g):
+    x, y = g.inputs
+    (gout,) = g.gouts
+    gx = sum_to(gout, x.shape) if g.needs(0) else None
+    gy = grad_y(gout, x, y, g.attrs) if g.needs(1) else None
+    return gx, gy
+
+
+@register("elementwise_sub", no_need_buffer=("X", "Y"), **_FACTS)
+def elementwise_sub(xp, attrs, x, y):
+    """Out = X - Y.  dX = dOut, dY = -dOut."""
+    return x - aligned(x, y, attrs)
+
+
+@elementwise_sub.gradient
+def _(g):
+    from ops.unary import neg
+
+    x, y = g.inputs
+    (gout,) = g.gouts
+    gx = sum_to(gout, x.shape) if g.needs(0) else None
+    gy = neg(grad_y(gout, x, y, g.attrs)) if g.needs(1) else None
+    return gx, gy
+
+
+@register("elementwise_mul", **_FACTS)
+def elementwise_mul(xp, attrs, x, y):
+    """Out = X * Y.  dX = dOut * Y, dY = dOut * X."""
+    return x * aligned(x, y, attrs)
+
+
+@elementwise_mul.gradient
+def _(g):
+    x, y = g.inputs
+    (gout,) = g.gouts
+    gx = sum_to(apply(elementwise_mul, (gout, y), g.attrs), x.shape) if g.needs(0) else None
+    gy = grad_y(apply(elementwise_mul, (gout, x), _NUMPY), x, y, g.attrs) if g.needs(1) else None
+    return gx, gy
+
+
+_NUMPY = {"axis": -1}
+
+
+@register("elementwise_div", **_FACTS)
+def elementwise_div(xp, attrs, x, y):
+    """Out = X / Y.  dX = dOut / Y, dY = -dOut * Out / Y."""
+    return x / aligned(x, y, attrs)
+
+
+@elementwise_div.gradient
+def _(g):
+    x, y = g.inputs
+    (out,), (gout,) = g.outputs, g.gouts
+    gx = sum_to(apply(elementwise_div, (gout, y), g.attrs), x.shape) if g.needs(0) else None
+    gy = None
+    if g.needs(1):
+        from ops.unary import neg
+
+        gy = apply(elementwise_div, (apply(elementwise_mul, (gout, out), _NUMPY), y), g.attrs)
+        gy = neg(grad_y(gy, x, y, g.attrs))
+    return gx, gy
+
+
+@register("elementwise_pow", **_FACTS)
+def elementwise_pow(xp, attrs, x, y):
+    """Out = X ** Y.  dX = dOut * Y * X ** (Y - 1), dY = dOut * Out * log(X)."""
+    return x ** aligned(x, y, attrs)
+
+
+@elementwise_pow.gradient
+def _(g):
+    from ops.unary import log
+
+    x, y = g.inputs
+    (out,), (gout,) = g.outputs, g.gouts
+    gx = gy = None
+    if g.needs(0):
+        y_minus_one = apply(elementwise_sub, (y, _one_like(y)), _NUMPY)
+        local = apply(elementwise_mul, (apply(elementwise_pow, (x, y_minus_one), g.attrs), y),
+                      g.attrs)
+        gx = sum_to(apply(elementwise_mul, (gout, local), _NUMPY), x.shape)
+    if g.needs(1):
+        local = apply(elementwise_mul, (out, log(x)), _NUMPY)
+        gy = grad_y(apply(elementwise_mul, (gout, local), _NUMPY), x, y, g.attrs)
+    return gx, gy
+
+
+def _one_like(var):
+    from tape.constants import constant
+
+    return constant(1, var)
+
+
+def _share_of_x(x, y, attrs, x_wins):
+    """1 where X is chosen, 0.5 on ties, 0 elsewhere (a constant: no gradient flows through)."""
+    from ops.compare import equal, greater_than, less_than
+    from ops.unary import cast
+    from tape.constants import constant
+
+    dtype = result_dtype(x, y).name
+    wins = cast(apply(greater_than if x_wins else less_than, (x, y), attrs), out_dtype=dtype)
+    ties = cast(apply(equal, (x, y), attrs), out_dtype=dtype)
+    return apply(elementwise_add, (wins, apply(elementwise_mul, (ties, constant(0.5, ties)),
+                                                _NUMPY)), _NUMPY)
+
+
+def _select_grad(g, x_wins):
+    x, y = g.inputs
+    (gout,) = g.gouts
+    share = _share_of_x(x, y, g.attrs, x_wins)
+    gx = gy = None
+    if g.needs(0):
+        gx = sum_to(apply(elementwise_mul, (gout, share), _NUMPY), x.shape)
+    if g.needs(1):
+        rest = apply(elementwise_sub, (_one_like(share), share), _NUMPY)
+        gy = grad_y(apply(elementwise_mul, (gout, rest), _NUMPY), x, y, g.attrs)
+    return gx, gy
+
+
+@register("elementwise_max", **_FACTS)
+def elementwise_max(xp, attrs, x, y):
+    """Out = maximum(X, Y).  dOut flows to the larger input; on ties each gets half."""
+    return xp.maximum(x, aligned(x, y, attrs))
+
+
+@elementwise_max.gradient
+def _(g):
+    return _select_grad(g, x_wins=True)
+
+
+@register("elementwise_min", **_FACTS)
+def elementwise_min(xp, attrs, x, y):
+    """Out = minimum(X, Y).  dOut flows to the smaller input; on ties each gets half."""
+    return xp.minimum(x, aligned(x, y, attrs))
+
+
+@elementwise_min.gradient
+def _(g):
+    return _select_grad(g, x_wins=False)

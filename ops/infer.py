@@ -1,0 +1,77 @@
+"""Shape and dtype inference helpers shared by op registrations.
+
+Infer functions receive Variables (only ``.shape`` and ``.dtype`` are read) and return
+``(shape, dtype)`` per output; they raise the library's errors naming the op and the inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tape.errors import DTypeError, ShapeError
+
+
+def broadcast_shapes(op, x_shape, y_shape, x_name="X", y_name="Y"):
+    """numpy broadcasting of two shapes, or a ShapeError naming the op and both inputs."""
+    if x_shape == y_shape:
+        return x_shape
+    nx, ny = len(x_shape), len(y_shape)
+    n = max(nx, ny)
+    out = []
+    for i in range(n):
+        a = x_shape[i - n + nx] if i >= n - nx else 1
+        b = y_shape[i - n + ny] if i >= n - ny else 1
+        if a != b and a != 1 and b != 1:
+            raise ShapeError(
+                op, f"inputs {x_name} and {y_name} cannot be broadcast together",
+                expected="equal dimensions, or 1, aligned from the right",
+                actual=f"{x_name}.shape={x_shape}, {y_name}.shape={y_shape}",
+            )
+        out.append(a if b == 1 else b)
+    return tuple(out)
+
+
+def result_dtype(x, y):
+    """numpy's promotion of two Variables' dtypes (constants were already weakly typed)."""
+    if x.dtype is y.dtype or x.dtype == y.dtype:
+        return x.dtype
+    return np.result_type(x.dtype, y.dtype)
+
+
+def same_as_input(attrs, x, *rest):
+    """Output shape and dtype equal to the first input's."""
+    return x.shape, x.dtype
+
+
+def require_float(op, var, slot="X"):
+    if var.dtype.kind not in "fc":
+        raise DTypeError(op, f"input {slot} must be floating point",
+                         expected="float16, float32 or float64", actual=str(var.dtype))
+
+
+def normalize_axis(op, axis, ndim, what="axis"):
+    """``axis`` in [-ndim, ndim) -> [0, ndim), or a ShapeError."""
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(op, f"{what} {axis} is out of range",
+                         expected=f"-{ndim} <= {what} < {ndim}", actual=str(axis))
+    return axis % max(ndim, 1)
+
+
+def normalize_axes(op, axes, ndim):
+    """A tuple of distinct axes in [0, ndim); None means all axes."""
+    if axes is None:
+        return tuple(range(ndim))
+    out = tuple(sorted(normalize_axis(op, a, ndim) for a in axes))
+    if len(set(out)) != len(out):
+        raise ShapeError(op, "repeated axis", actual=str(axes))
+    return out
+
+
+def align_y(x_shape, y_shape, axis):
+    """Paddle's ``axis`` rule: Y's dims match X's starting at ``axis`` (-1: numpy alignment).
+
+    Returns Y's shape padded with trailing ones so that numpy broadcasting applies.
+    """
+    if axis == -1 or len(y_shape) >= len(x_shape):
+        return y_shape
+    return tuple(y_shape) + (1,) * (len(x_shape) - axis - len(y_shape))

@@ -1,0 +1,146 @@
+"""Matrix products: the seed's ``mul`` (2-D product after flattening) and batched ``matmul``."""
+
+from __future__ import annotations
+
+import math
+
+from ops.infer import broadcast_shapes, result_dtype
+from ops.registry import Attr, register
+from tape.errors import ShapeError
+from tape.tape import apply
+
+
+def _flat2d(shape, num_col_dims):
+    return math.prod(shape[:num_col_dims]), math.prod(shape[num_col_dims:])
+
+
+def _infer_mul(attrs, x, y):
+    xn, yn = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    if not 1 <= xn < max(len(x.shape), 2) or not 1 <= yn < max(len(y.shape), 2):
+        raise ShapeError(None, "num_col_dims out of range",
+                         expected="1 <= x_num_col_dims < X.ndim and 1 <= y_num_col_dims < Y.ndim",
+                         actual=f"x_num_col_dims={xn}, y_num_col_dims={yn}, "
+                         f"X.shape={x.shape}, Y.shape={y.shape}")
+    (_, xk), (yk, _) = _flat2d(x.shape, xn), _flat2d(y.shape, yn)
+    if xk != yk:
+        raise ShapeError(None, "inner dimensions differ",
+                         expected="prod(X.shape[x_num_col_dims:]) == "
+                         "prod(Y.shape[:y_num_col_dims])",
+                         actual=f"{xk} != {yk} (X.shape={x.shape}, Y.shape={y.shape})")
+    return tuple(x.shape[:xn]) + tuple(y.shape[yn:]), result_dtype(x, y)
+
+
+@register("mul", inputs=("X", "Y"), attrs={
+    "x_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
+    "y_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
+}, infer=_infer_mul)
+def mul(xp, attrs, x, y):
+    """Out = flatten(X) @ flatten(Y), X flattened to 2-D at ``x_num_col_dims`` (Y likewise).
+
+    Out's shape is X.shape[:x_num_col_dims] + Y.shape[y_num_col_dims:].
+    dX = dOut @ Y^T, dY = X^T @ dOut (on the flattened forms).
+    """
+    xn, yn = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
+    x2 = x if x.ndim == 2 and xn == 1 else x.reshape(_flat2d(x.shape, xn))
+    y2 = y if y.ndim == 2 and yn == 1 else y.reshape(_flat2d(y.shape, yn))
+    out = x2 @ y2
+    return out.reshape(x.shape[:xn] + y.shape[yn:]) if out.ndim != xn + y.ndim - yn else out
+
+
+@mul.gradient
+def _(g):
+    from ops.shape import reshape
+
+    x, y = g.inputs
+    (gout,) = g.gouts
+    xn, yn = g.attrs["x_num_col_dims"], g.attrs["y_num_col_dims"]
+    x2 = x if len(x.shape) == 2 else reshape(x, shape=_flat2d(x.shape, xn))
+    y2 = y if len(y.shape) == 2 else reshape(y, shape=_flat2d(y.shape, yn))
+    rows, cols = _flat2d(x.shape, xn)[0], _flat2d(y.shape, yn)[1]
+    g2 = gout if len(gout.shape) == 2 else reshape(gout, shape=(rows, cols))
+    gx = gy = None
+    if g.needs(0):
+        gx = apply(matmul, (g2, y2), _NT)
+        gx = gx if gx.shape == x.shape else reshape(gx, shape=x.shape)
+    if g.needs(1):
+        gy = apply(matmul, (x2, g2), _TN)
+        gy = gy if gy.shape == y.shape else reshape(gy, shape=y.shape)
+    return gx, gy
+
+
+_NT = {"transpose_x": False, "transpose_y": True}
+_TN = {"transpose_x": True, "transpose_y": False}
+
+
+def _infer_matmul(attrs, x, y):
+    xs, ys = list(x.shape), list(y.shape)
+    if not xs or not ys:
+        raise ShapeError(None, "inputs must have at least one dimension",
+                         actual=f"X.shape={x.shape}, Y.shape={y.shape}")
+    if attrs["transpose_x"] and len(xs) >= 2:
+        xs[-1], xs[-2] = xs[-2], xs[-1]
+    if attrs["transpose_y"] and len(ys) >= 2:
+        ys[-1], ys[-2] = ys[-2], ys[-1]
+    x_vec, y_vec = len(xs) == 1, len(ys) == 1
+    xs = [1] + xs if x_vec else xs
+    ys = ys + [1] if y_vec else ys
+    if xs[-1] != ys[-2]:
+        raise ShapeError(None, "inner dimensions differ",
+                         expected="X.shape[-1] == Y.shape[-2] (after transpose flags)",
+                         actual=f"{xs[-1]} != {ys[-2]} (X.shape={x.shape}, Y.shape={y.shape})")
+    batch = broadcast_shapes(None, tuple(xs[:-2]), tuple(ys[:-2]))
+    shape = batch + ((xs[-2],) if not x_vec else ()) + ((ys[-1],) if not y_vec else ())
+    return shape, result_dtype(x, y)
+
+
+def _t(a):
+    return a.swapaxes(-1, -2) if a.ndim >= 2 else a
+
+
+@register("matmul", inputs=("X", "Y"), attrs={
+    "transpose_x": Attr("bool", False),
+    "transpose_y": Attr("bool", False),
+}, infer=_infer_matmul)
+def matmul(xp, attrs, x, y):
+    """Out = op(X) @ op(Y), op transposing the last two axes when its flag is set; batch axes
+    broadcast and 1-D inputs act as vectors, as in numpy.matmul.
+
+    dX = dOut @ op(Y)^T and dY = op(X)^T @ dOut (transposed back, summed over broadcast axes).
+    """
+    if attrs["transpose_x"]:
+        x = _t(x)
+    if attrs["transpose_y"]:
+        y = _t(y)
+    return xp.matmul(x, y)
+
+
+@matmul.gradient
+def _(g):
+    from ops.reduce import sum_to
+    from ops.shape import reshape, unsqueeze
+
+    x, y = g.inputs
+    (gout,) = g.gouts
+    x_vec, y_vec = len(x.shape) == 1, len(y.shape) == 1
+    tx = g.attrs["transpose_x"] and not x_vec
+    ty = g.attrs["transpose_y"] and not y_vec
+    xm = unsqueeze(x, axes=[0]) if x_vec else x
+    ym = unsqueeze(y, axes=[1]) if y_vec else y
+    gm = gout
+    if x_vec:
+        gm = unsqueeze(gm, axes=[len(gm.shape) - (0 if y_vec else 1)])
+    if y_vec:
+        gm = unsqueeze(gm, axes=[len(gm.shape)])
+    gx = gy = None
+    if g.needs(0):
+        # d op(X) = dOut @ op(Y)^T; dX is its transpose when transpose_x.
+        gx = apply(matmul, (ym, gm), {"transpose_x": ty, "transpose_y": True}) if tx else \
+            apply(matmul, (gm, ym), {"transpose_x": False, "transpose_y": not ty})
+        gx = sum_to(gx, xm.shape)
+        gx = reshape(gx, shape=x.shape) if x_vec else gx
+    if g.needs(1):
+        gy = apply(matmul, (gm, xm), {"transpose_x": True, "transpose_y": tx}) if ty else \
+            apply(matmul, (xm, gm), {"transpose_x": not tx, "transpose_y": False})
+        gy = sum_to(gy, ym.shape)
+        gy = reshape(gy, shape=y.shape) if y_vec else gy
+    return gx, gy

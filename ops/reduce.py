@@ -1,0 +1,142 @@
+"""Reductions: the seed's ``sum`` (adds a list) and ``mean`` (of all elements), axis reductions,
+and ``sum_to_shape``, which reduces a broadcast gradient back to an input's shape."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ops.infer import normalize_axes
+from ops.registry import Attr, register
+from tape.errors import DTypeError, ShapeError
+from tape.tape import apply
+
+
+def _infer_sum(attrs, xs):
+    if not xs:
+        raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
+    first = xs[0]
+    for i, x in enumerate(xs[1:], 1):
+        if x.shape != first.shape:
+            raise ShapeError(None, "all inputs X must have the same shape",
+                             expected=f"X[{i}].shape == X[0].shape == {first.shape}",
+                             actual=str(x.shape))
+        if x.dtype != first.dtype:
+            raise DTypeError(None, "all inputs X must have the same dtype",
+                             expected=str(first.dtype), actual=f"X[{i}].dtype == {x.dtype}")
+    return first.shape, first.dtype
+
+
+@register("sum", inputs=("X*",), infer=_infer_sum, elementwise=True, no_need_buffer=("X",))
+def sum(xp, attrs, xs):  # noqa: A001  (the seed's name)
+    """Out = X[0] + X[1] + ... (same shapes); backward uses it to add up gradients.
+
+    dX[i] = dOut.
+    """
+    out = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
+    for x in xs[2:]:
+        out += x
+    return out
+
+
+@sum.gradient
+def _(g):
+    (xs,), (gout,) = g.inputs, g.gouts
+    return ([gout] * len(xs),)
+
+
+def _infer_mean(attrs, x):
+    return (), x.dtype if x.dtype.kind in "fc" else np.dtype(np.float64)
+
+
+@register("mean", inputs=("X",), infer=_infer_mean, no_need_buffer=("X",))
+def mean(xp, attrs, x):
+    """Out = mean of all elements of X (a 0-d array).  dX = dOut / X.size, broadcast."""
+    return xp.mean(x)
+
+
+@mean.gradient
+def _(g):
+    (x,), (gout,) = g.inputs, g.gouts
+    from tape.constants import constant
+
+    scaled = gout * constant(1.0 / max(x.size, 1), gout)
+    return (apply(broadcast_to_shape(), (scaled,), {"shape": x.shape}),)
+
+
+def broadcast_to_shape():
+    from ops.shape import broadcast_to
+
+    return broadcast_to
+
+
+def _infer_sum_to(attrs, x):
+    target = attrs["shape"]
+    extra = len(x.shape) - len(target)
+    if extra < 0 or any(t != 1 and t != s for t, s in zip(target, x.shape[extra:])):
+        raise ShapeError(None, "X cannot be summed down to the target shape",
+                         expected=f"a shape X.shape={x.shape} broadcasts from",
+                         actual=f"shape={target}")
+    return tuple(target), x.dtype
+
+
+@register("sum_to_shape", inputs=("X",), attrs={"shape": Attr("ints", required=True)},
+          infer=_infer_sum_to, no_need_buffer=("X",))
+def sum_to_shape(xp, attrs, x):
+    """Out = X summed over the axes broadcasting added to ``shape``.  dX = broadcast(dOut)."""
+    target = attrs["shape"]
+    extra = x.ndim - len(target)
+    axes = tuple(range(extra)) + tuple(
+        i + extra for i, t in enumerate(target) if t == 1 and x.shape[i + extra] != 1)
+    out = x.sum(axis=axes, keepdims=True) if axes else x
+    return out.reshape(target)
+
+
+@sum_to_shape.gradient
+def _(g):
+    (x,), (gout,) = g.inputs, g.gouts
+    return (apply(broadcast_to_shape(), (gout,), {"shape": x.shape}),)
+
+
+def sum_to(g, shape):
+    """``g`` reduced to ``shape`` (the one shared helper for broadcast gradients)."""
+    if g.shape == shape:
+        return g
+    return apply(sum_to_shape, (g,), {"shape": tuple(shape)})
+
+
+def _infer_reduce(attrs, x):
+    axes = normalize_axes(None, attrs["axis"], len(x.shape))
+    if attrs["keepdim"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return shape, x.dtype
+
+
+REDUCE_ATTRS = {"axis": Attr("axes", None), "keepdim": Attr("bool", False)}
+
+
+@register("reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce,
+          no_need_buffer=("X",))
+def reduce_sum(xp, attrs, x):
+    """Out = sum of X over ``axis`` (all when None).  dX = dOut broadcast back to X's shape."""
+    return x.sum(axis=attrs["axis"], keepdims=attrs["keepdim"])
+
+
+@reduce_sum.gradient
+def _(g):
+    (x,), (gout,) = g.inputs, g.gouts
+    return (apply(broadcast_to_shape(), (keep_dims(gout, x, g.attrs),), {"shape": x.shape}),)
+
+
+def keep_dims(gout, x, attrs):
+    """``gout`` of a reduction reshaped to keep the reduced axes as 1s (ready to broadcast)."""
+    if attrs["keepdim"]:
+        return gout
+    axes = normalize_axes(None, attrs["axis"], len(x.shape))
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    if shape == gout.shape:
+        return gout
+    from ops.shape import reshape
+
+    return apply(reshape, (gout,), {"shape": shape})

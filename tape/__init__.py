@@ -1,0 +1,57 @@
+"""fluidtape's engine: Variable handles, the Tape that records ops, and backward over it.
+
+>>> import numpy as np, tape
+>>> tape.reset_global_tape()  # doctest: +ELLIPSIS
+Tape(...)
+>>> x = tape.Variable(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
+>>> loss = (x * x).sum()
+>>> tape.backward(loss)
+>>> x.grad().numpy()
+array([2., 4., 6.], dtype=float32)
+"""
+
+import ops  # noqa: F401  (loads the op table first; it wires the engine in)
+from tape.errors import (  # noqa: F401  (the public error types)
+    AttrError,
+    DTypeError,
+    ExecutionError,
+    FluidError,
+    GraphError,
+    InputError,
+    ShapeError,
+)
+from tape.variable import Variable
+from tape.tape import OpHandle, Tape, get_global_tape, reset_global_tape
+from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ops.xp import device, gpu_available
+from tape import backward as _backward
+from tape.random_state import seed
+
+
+def backward(loss, grad=None, retain_graph=False, create_graph=False):
+    """Backward on this thread's global tape: accumulates d(loss)/d(leaf) into each leaf's grad.
+
+    Args:
+        loss: the Variable to differentiate (one element unless ``grad`` is given).
+        grad: the gradient of ``loss`` to start from (defaults to ones).
+        retain_graph: keep the recorded ops so backward can run over them again.
+        create_graph: record the gradient ops so gradients can be differentiated again
+            (implies ``retain_graph``).
+    """
+    get_global_tape().backward(loss, grad, retain_graph, create_graph)
+
+
+def grad(loss, inputs, grad=None, retain_graph=False, create_graph=False):
+    """d(loss)/d(x) for each x in ``inputs`` (a list of Variables), leaving ``.grad()`` untouched.
+
+    Inputs the loss does not depend on get None.
+    """
+    return _backward.grad(get_global_tape(), loss, list(inputs), grad, retain_graph, create_graph)
+
+
+__all__ = [
+    "Variable", "Tape", "OpHandle", "get_global_tape", "reset_global_tape", "backward", "grad",
+    "no_grad", "enable_grad", "is_grad_enabled", "seed", "device", "gpu_available",
+    "FluidError", "ShapeError", "DTypeError", "AttrError", "InputError", "GraphError",
+    "ExecutionError",
+]

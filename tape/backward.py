@@ -1,0 +1,244 @@
+"""Backward: a reverse scan of the tape asking each op's gradient maker for gradient ops.
+
+Gradient ops are ordinary registered ops recorded through the same machinery, so with
+``create_graph=True`` they land on the tape and can be differentiated again. A variable read by
+several ops receives the ``sum`` of their gradients. An op none of whose outputs received a
+gradient cannot reach the loss and is skipped. Unless ``retain_graph``, each op is dropped from
+the tape as soon as its gradient ops ran, which frees the forward buffers only it still held
+(seed: "release memory on backward"). Leaf gradients are committed only after the whole scan
+succeeded, so a failing backward never leaves a parameter with a partial gradient.
+"""
+
+from __future__ import annotations
+
+from ops.registry import REGISTRY
+from tape.errors import FluidError, GraphError, InputError, user_location
+from tape.tape import apply, state
+from tape.variable import Variable
+
+
+class GradContext:
+    """What a gradient maker sees: the forward op's inputs, outputs, attributes and output grads.
+
+    ``inputs``/``outputs``/``gouts`` have one entry per slot, like OpHandle.args; a gout entry is
+    None where no gradient reached that output.
+    """
+
+    __slots__ = ("op", "gouts")
+
+    def __init__(self, op, gouts):
+        self.op, self.gouts = op, gouts
+
+    @property
+    def inputs(self):
+        return self.op.args
+
+    @property
+    def outputs(self):
+        return self.op.results
+
+    @property
+    def attrs(self):
+        return self.op.attrs
+
+    def needs(self, index):
+        """Whether input slot ``index`` needs a gradient (any of its Variables requires one)."""
+        entry = self.op.args[index]
+        if entry is None:
+            return False
+        if entry.__class__ is list:
+            return any(v.requires_grad for v in entry)
+        return entry.requires_grad
+
+    def gout_or_zeros(self, index):
+        """The gradient of output ``index``, or zeros of its shape if none reached it."""
+        gout = self.gouts[index]
+        if gout is None:
+            gout = REGISTRY["fill_zeros_like"](self.op.results[index])
+        return gout
+
+
+def backward(tape, loss, grad=None, retain_graph=False, create_graph=False):
+    """Accumulates d(loss)/d(leaf) into every leaf that requires a gradient (DyNet semantics)."""
+    leaf_grads = gradients(tape, loss, grad, retain_graph, create_graph)
+    with _mode(tape, create_graph):
+        for var, g in leaf_grads.values():
+            var._grad = g if var._grad is None else REGISTRY["sum"]([var._grad, g])
+
+
+def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
+    """d(loss)/d(input) for each of ``inputs`` (leaves or not), without touching ``.grad()``."""
+    wanted = {id(v): None for v in inputs}
+    gradients(tape, loss, grad, retain_graph, create_graph, wanted)
+    return [wanted[id(v)] for v in inputs]
+
+
+def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wanted=None):
+    """Runs the reverse scan; returns {id: (leaf, grad)} and fills ``wanted`` {id: grad}."""
+    _check_loss(loss)
+    release = not (retain_graph or create_graph or tape.lazy)
+    ops = tape._ops
+    leaves = {}
+    with _mode(tape, create_graph):
+        pending = {id(loss): [loss, _seed_grad(loss, seed)]}
+        for index in range(len(ops) - 1, -1, -1):
+            op = ops[index]
+            if op is None:
+                continue
+            results = op.results
+            if len(results) == 1 and results[0].__class__ is Variable:
+                out = results[0]
+                item = pending.pop(id(out), None)
+                if item is None:
+                    continue
+                gouts = [_total(item)]
+                if wanted is not None and id(out) in wanted:
+                    wanted[id(out)] = gouts[0]
+                if release:
+                    out._released = True
+            else:
+                gouts, reached = _take_output_grads(op, pending, wanted)
+                if not reached:
+                    continue
+                if release:
+                    for var in op.output_vars():
+                        var._released = True
+            if op.defn.grad_maker is not None:
+                _run_grad_maker(op, gouts, pending)
+            if release:
+                ops[index] = None
+        for item in pending.values():
+            var, g = item[0], _total(item)
+            if wanted is not None and id(var) in wanted:
+                wanted[id(var)] = g
+            if var._leaf:
+                leaves[id(var)] = (var, g)
+            else:
+                raise _unreachable(var)
+    return leaves
+
+
+def _check_loss(loss):
+    if not isinstance(loss, Variable):
+        raise InputError("backward", "loss must be a Variable", actual=type(loss).__name__,
+                         location=user_location())
+    if loss._released:
+        raise GraphError(
+            "backward", f"the ops that produced '{loss.name}' were released by an earlier backward",
+            hint="pass retain_graph=True to the first backward to differentiate twice",
+            location=user_location(),
+        )
+    if not loss.requires_grad:
+        raise GraphError(
+            "backward", f"'{loss.name}' does not require a gradient",
+            hint="no input of its ops requires a gradient (or they ran under no_grad)",
+            location=user_location(),
+        )
+
+
+def _seed_grad(loss, seed):
+    if seed is None:
+        if loss.size != 1:
+            raise GraphError("backward", "an implicit gradient needs a loss with one element",
+                             expected="loss.size == 1", actual=f"shape {loss.shape}",
+                             hint="pass grad= with the loss's shape", location=user_location())
+        return REGISTRY["fill_ones_like"](loss)
+    if not isinstance(seed, Variable):
+        seed = Variable(seed, dtype=loss.dtype)
+    if seed.shape != loss.shape:
+        raise GraphError("backward", "grad must have the loss's shape",
+                         expected=str(loss.shape), actual=str(seed.shape),
+                         location=user_location())
+    return seed
+
+
+def _take_output_grads(op, pending, wanted):
+    gouts, reached = [], False
+    for entry in op.results:
+        if entry.__class__ is list:
+            grads = [_pop(v, pending, wanted) for v in entry]
+            reached = reached or any(g is not None for g in grads)
+            gouts.append(grads)
+        else:
+            g = _pop(entry, pending, wanted)
+            reached = reached or g is not None
+            gouts.append(g)
+    return gouts, reached
+
+
+def _pop(var, pending, wanted):
+    item = pending.pop(id(var), None)
+    if item is None:
+        return None
+    g = _total(item)
+    if wanted is not None and id(var) in wanted:
+        wanted[id(var)] = g
+    return g
+
+
+def _run_grad_maker(op, gouts, pending):
+    try:
+        gins = op.defn.grad_maker(GradContext(op, gouts))
+    except FluidError as err:
+        raise err.with_context(name=op.name, location=op.location) from None
+    for entry, g in zip(op.args, gins):
+        if g is None or entry is None:
+            continue
+        if entry.__class__ is list:
+            for var, gv in zip(entry, g):
+                if gv is not None and var.requires_grad:
+                    _accumulate(op, var, gv, pending)
+        elif entry.requires_grad:
+            _accumulate(op, entry, g, pending)
+
+
+def _accumulate(op, var, g, pending):
+    if g.shape != var.shape:
+        raise GraphError(op.type, f"gradient maker returned a gradient of the wrong shape for "
+                         f"'{var.name}'", expected=str(var.shape), actual=str(g.shape))
+    item = pending.get(id(var))
+    if item is None:
+        pending[id(var)] = [var, g]
+    else:
+        # Contributions are summed in batches by one 'sum' op: fewer ops than pairwise adds,
+        # while holding at most _BATCH gradients of one variable at a time.
+        item.append(g)
+        if len(item) > _BATCH:
+            item[1:] = [REGISTRY["sum"](item[1:])]
+
+
+_BATCH = 8
+
+
+def _total(item):
+    """The summed gradient of a pending entry [var, g, more gradients...]."""
+    if len(item) > 2:
+        item[1:] = [REGISTRY["sum"](item[1:])]
+    return item[1]
+
+
+def _unreachable(var):
+    if var._released:
+        return GraphError("backward", f"gradient reached '{var.name}', whose ops were released "
+                          "by an earlier backward",
+                          hint="pass retain_graph=True to the first backward")
+    return GraphError("backward", f"gradient reached '{var.name}', which this tape did not record",
+                      hint="it was recorded on another tape (was reset_global_tape called "
+                      "in between?)")
+
+
+class _mode:
+    """Records gradient ops on ``tape``; differentiably only when ``create_graph``."""
+
+    def __init__(self, tape, create_graph):
+        self.tape, self.create_graph = tape, create_graph
+
+    def __enter__(self):
+        self.saved = (state.tape, state.grad_enabled)
+        state.tape, state.grad_enabled = self.tape, self.create_graph
+
+    def __exit__(self, *exc):
+        state.tape, state.grad_enabled = self.saved
+
+
+__all__ = ["GradContext", "backward", "grad", "apply"]

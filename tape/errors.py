@@ -1,0 +1,94 @@
+"""The library's exception types and the one message format they share.
+
+Every error names the op, says what was expected and what was found, and where in the user's code
+the op was recorded::
+
+    op 'matmul' (matmul_7): inner dimensions differ
+      expected: X.shape[-1] == Y.shape[-2]
+      actual:   4 != 5
+      recorded at: train.py:42 in forward
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_LIBRARY_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), pkg) + os.sep
+    for pkg in ("tape", "ops", "layers", "optim")
+)
+
+
+def user_location(skip=1):
+    """'file.py:42 in fn' for the innermost frame outside the library (the user's line)."""
+    frame = sys._getframe(skip)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+
+
+class FluidError(Exception):
+    """Base of the library's errors; carries the op, the headline, expected/actual and a hint."""
+
+    def __init__(self, op=None, headline="", expected=None, actual=None, hint=None,
+                 name=None, location=None, type_error=False):
+        self.op, self.headline, self.expected, self.actual = op, headline, expected, actual
+        self.hint, self.name, self.location = hint, name, location
+        super().__init__(self.message())
+
+    def with_context(self, name=None, location=None, op=None):
+        """Adds the op, its instance name and recording location; returns self for re-raising."""
+        if op is not None and self.op is None:
+            self.op = op
+        if name is not None:
+            self.name = name
+        if location is not None and self.location is None:
+            self.location = location
+        self.args = (self.message(),)
+        return self
+
+    def message(self):
+        head = ""
+        if self.op is not None:
+            head = f"op '{self.op}'" + (f" ({self.name})" if self.name else "") + ": "
+        lines = [head + self.headline]
+        if self.expected is not None:
+            lines.append(f"  expected: {self.expected}")
+        if self.actual is not None:
+            lines.append(f"  actual:   {self.actual}")
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        if self.location:
+            lines.append(f"  recorded at: {self.location}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.message()
+
+
+class ShapeError(FluidError, ValueError):
+    """Input shapes an op cannot accept."""
+
+
+class DTypeError(FluidError, TypeError):
+    """Input dtypes an op cannot accept."""
+
+
+class AttrError(FluidError, ValueError, TypeError):
+    """An unknown, missing, mistyped or invalid attribute (both a ValueError and a TypeError)."""
+
+
+class InputError(FluidError, TypeError):
+    """A missing, unexpected or non-Variable input, or an unknown op type."""
+
+
+class GraphError(FluidError, RuntimeError):
+    """A tape used in a way it cannot support, e.g. a second backward over released ops."""
+
+
+class ExecutionError(FluidError, RuntimeError):
+    """A kernel failed while running; the original exception is chained as its cause."""

@@ -1,0 +1,370 @@
+"""Tape and OpHandle: recording ops (checking attributes, inferring shapes) and running them eagerly.
+
+The tape is the ordered list of OpHandles; because an op can only read variables that already
+exist, tape order is topological, and backward is a reverse scan. Only ops that backward (or a
+lazy run) may need are kept: in eager mode an op none of whose inputs requires a gradient runs and
+is forgotten, so its buffers are freed as soon as the user drops them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ops import registry
+from ops.xp import _NDARRAY, array_module, default_module
+from tape.errors import ExecutionError, FluidError, InputError, user_location
+from tape.variable import Variable
+
+
+class OpHandle:
+    """One recorded op: its definition, positional inputs/outputs per slot, and attributes.
+
+    ``args``/``results`` hold one entry per slot (a Variable, a list for duplicable slots, or None
+    for an absent optional slot); ``inputs``/``outputs`` give the seed's slot -> list view.
+    """
+
+    __slots__ = ("defn", "args", "results", "attrs", "location", "index")
+
+    def __init__(self, defn, args, results, attrs, location, index):
+        self.defn, self.args, self.results, self.attrs = defn, args, results, attrs
+        self.location, self.index = location, index
+
+    @property
+    def type(self):
+        return self.defn.type
+
+    @property
+    def name(self):
+        return f"{self.defn.type}_{self.index}"
+
+    @property
+    def inputs(self):
+        return _slot_view(self.defn.input_slots, self.args)
+
+    @property
+    def outputs(self):
+        return _slot_view(self.defn.output_slots, self.results)
+
+    def input_vars(self):
+        return _flatten(self.args)
+
+    def output_vars(self):
+        return _flatten(self.results)
+
+    def __repr__(self):
+        ins = {k: [v.name for v in vs] for k, vs in self.inputs.items()}
+        outs = {k: [v.name for v in vs] for k, vs in self.outputs.items()}
+        return f"OpHandle({self.type!r}, inputs={ins}, outputs={outs}, attrs={self.attrs})"
+
+
+def _slot_view(slots, entries):
+    view = {}
+    for slot, entry in zip(slots, entries):
+        if entry is None:
+            continue
+        view[slot] = list(entry) if isinstance(entry, (list, tuple)) else [entry]
+    return view
+
+
+def _flatten(entries):
+    flat = []
+    for entry in entries:
+        if entry is None:
+            continue
+        if isinstance(entry, (list, tuple)):
+            flat.extend(entry)
+        else:
+            flat.append(entry)
+    return flat
+
+
+class Tape:
+    """An ordered record of ops.
+
+    Args:
+        lazy: record and infer shapes only; values are computed on demand by the scheduler.
+        record_all: keep every op, even those no gradient flows through (for building Programs).
+    """
+
+    def __init__(self, lazy=False, record_all=False):
+        self._ops = []
+        self.lazy = lazy
+        self.record_all = record_all or lazy
+
+    @property
+    def ops(self):
+        """The recorded ops still held (released ones are dropped by backward)."""
+        return [op for op in self._ops if op is not None]
+
+    def __len__(self):
+        return len(self._ops)
+
+    def add_op(self, type, inputs=None, outputs=None, attrs=None):
+        """Records op ``type`` (the seed's AddOp): checks, infers, runs (eager) and returns outputs.
+
+        ``inputs`` and ``outputs`` map slot names to lists of Variables; output slots left out get
+        new Variables. Returns the output Variable, or a tuple of them for several output slots.
+        """
+        defn = registry.lookup(type)
+        try:
+            args = _positional(defn, defn.input_slots, inputs, "input", defn.duplicable_inputs,
+                               defn.optional_inputs)
+            given = None
+            if outputs:
+                given = _positional(defn, defn.output_slots, outputs, "output",
+                                    defn.duplicable_outputs, defn.output_slots)
+            attrs = defn.check_attrs(attrs)
+        except FluidError as err:
+            raise err.with_context(location=user_location()) from None
+        return record(self, defn, args, attrs, given)
+
+    def forward(self):
+        """Runs whatever has not run yet (lazy tapes); eager tapes have nothing pending."""
+        if self.lazy:
+            pending = [v for op in self.ops for v in op.output_vars() if v._value is None]
+            if pending:
+                self.realize(pending)
+
+    def realize(self, variables):
+        """Computes ``variables`` by running the pending ops they need (lazy mode)."""
+        from tape import lazy as lazy_mode
+
+        lazy_mode.realize(self, variables)
+
+    def backward(self, loss, grad=None, retain_graph=False, create_graph=False):
+        """Computes gradients of ``loss`` and accumulates them into the leaves (see tape.backward)."""
+        from tape.backward import backward
+
+        backward(self, loss, grad, retain_graph, create_graph)
+
+    def reset(self):
+        self._ops = []
+
+    def __repr__(self):
+        mode = "lazy" if self.lazy else "eager"
+        return f"Tape({mode}, {len(self.ops)} ops)"
+
+
+def _positional(defn, slots, given, kind, duplicable, optional):
+    """Turns the seed's {slot: [vars]} form into one entry per slot, checking every slot."""
+    given = dict(given or {})
+    unknown = [slot for slot in given if slot not in slots]
+    if unknown:
+        raise InputError(defn.type, f"unknown {kind} slot '{unknown[0]}'",
+                         hint=f"valid {kind} slots: {', '.join(slots) or '(none)'}")
+    entries = []
+    for slot in slots:
+        value = given.get(slot)
+        if value is None:
+            if kind == "input" and slot not in optional:
+                raise InputError(defn.type, f"missing input '{slot}'",
+                                 hint=f"inputs are {', '.join(defn.input_slots)}")
+            entries.append(None)
+            continue
+        if isinstance(value, Variable):
+            value = [value]
+        value = list(value)
+        for item in value:
+            if not isinstance(item, Variable):
+                raise InputError(defn.type, f"{kind} '{slot}' must hold Variables",
+                                 actual=type(item).__name__)
+        if slot in duplicable:
+            entries.append(value)
+        elif len(value) != 1:
+            raise InputError(defn.type, f"{kind} '{slot}' takes exactly one Variable",
+                             actual=f"{len(value)} Variables")
+        else:
+            entries.append(value[0])
+    return tuple(entries)
+
+
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.tape = None
+        self.grad_enabled = True
+        self.lazy = False
+
+
+state = _ThreadState()
+
+
+def get_global_tape() -> Tape:
+    """This thread's global tape (created on first use)."""
+    tape = state.tape
+    if tape is None:
+        tape = state.tape = Tape(lazy=state.lazy)
+    return tape
+
+
+def reset_global_tape() -> Tape:
+    """Starts a fresh global tape for this thread (call once per iteration, as in DyNet)."""
+    state.tape = Tape(lazy=state.lazy)
+    return state.tape
+
+
+def _values(args):
+    """The input arrays (a list for duplicable slots), realizing lazy variables when needed."""
+    values = []
+    for arg in args:
+        if arg is None:
+            values.append(None)
+        elif arg.__class__ is list:
+            values.append([v.value() if v._pending is not None or v._value is None else v._value
+                           for v in arg])
+        elif arg._pending is not None or arg._value is None:
+            values.append(arg.value())
+        else:
+            values.append(arg._value)
+    return values
+
+
+def _wants_grad(args):
+    for arg in args:
+        if arg.__class__ is Variable:
+            if arg.requires_grad:
+                return True
+        elif arg is None:
+            continue
+        elif arg.__class__ is list:
+            if any(v.requires_grad for v in arg):
+                return True
+        elif arg.requires_grad:
+            return True
+    return False
+
+
+def run_kernel(defn, attrs, values):
+    """Runs ``defn``'s kernel on arrays; returns one array per output slot (lists for duplicable)."""
+    first = next((v if v.__class__ is not list else (v[0] if v else None)
+                  for v in values if v is not None), None)
+    xp = array_module(first) if first is not None else default_module()
+    kernel = defn.kernel if xp is np else defn.kernels.get("gpu", defn.kernels["any"])
+    result = kernel(xp, attrs, *values)
+    if defn.single_output:
+        return (result if result.__class__ is _NDARRAY or xp is not np else np.asarray(result),)
+    return tuple(
+        [np.asarray(r) if xp is np else r for r in res] if isinstance(res, list)
+        else (res if res.__class__ is _NDARRAY or xp is not np else np.asarray(res))
+        for res in result
+    )
+
+
+def _kernel_error(defn, tape, err):
+    return ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}",
+                          name=f"{defn.type}_{len(tape._ops)}", location=user_location())
+
+
+def record(tape, defn, args, attrs, given=None):
+    """The hot path: infer, run (eager) and record op ``defn`` on ``tape``; returns its outputs."""
+    try:
+        descs = defn.infer(attrs, *args)
+    except FluidError as err:
+        raise err.with_context(name=f"{defn.type}_{len(tape._ops)}", op=defn.type,
+                               location=user_location()) from None
+    grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
+    if defn.fast and given is None and not tape.lazy:
+        # One output, plain inputs, eager: the common case, kept short.
+        values = []
+        for arg in args:
+            value = arg._value
+            if value is None or arg._pending is not None:
+                value = arg.value()
+            values.append(value)
+        first = values[0] if values else None
+        try:
+            if first.__class__ is _NDARRAY:
+                value = defn.kernel(np, attrs, *values)
+                if value.__class__ is not _NDARRAY:
+                    value = np.asarray(value)
+            else:
+                value = run_kernel(defn, attrs, values)[0]
+        except Exception as err:
+            raise _kernel_error(defn, tape, err) from err
+        shape, dtype = descs
+        out = Variable._make(value, shape, dtype, grad and dtype.kind in "fc")
+        if grad or tape.record_all:
+            tape._ops.append(OpHandle(defn, args, (out,), attrs, None, len(tape._ops)))
+        return out
+    if defn.single_output:
+        descs = (descs,)
+    if tape.lazy:
+        values = (None,) * len(descs)
+    else:
+        try:
+            values = run_kernel(defn, attrs, _values(args))
+        except FluidError:
+            raise
+        except Exception as err:
+            raise _kernel_error(defn, tape, err) from err
+    results = _outputs(defn, descs, values, grad, given, args, tape)
+    if grad or tape.record_all:
+        location = user_location() if tape.lazy else None
+        tape._ops.append(OpHandle(defn, args, results, attrs, location, len(tape._ops)))
+    if defn.single_output:
+        return results[0]
+    if defn.returns is not None:
+        return defn.returns(results)
+    return results
+
+
+def _outputs(defn, descs, values, grad, given, args, tape):
+    results = []
+    for i, (desc, value) in enumerate(zip(descs, values)):
+        handle = given[i] if given is not None else None
+        if isinstance(desc, list):
+            handles = handle or [None] * len(desc)
+            value = value if value is not None else [None] * len(desc)
+            results.append([_fill(h, d, v, grad, args, tape) for h, d, v in
+                            zip(handles, desc, value)])
+        else:
+            results.append(_fill(handle, desc, value, grad, args, tape))
+    return tuple(results)
+
+
+def _fill(handle, desc, value, grad, args, tape):
+    shape, dtype = desc
+    wants = grad and dtype.kind in "fc"
+    if handle is None:
+        var = Variable._make(value, shape, dtype, wants)
+    elif any(handle is a for a in args):
+        # In place (e.g. an optimizer update): the variable keeps its flags, and in lazy mode its
+        # old value until the pending update runs.
+        var = handle
+        if value is not None:
+            var._value = value
+    else:
+        var = handle
+        var._value, var.shape, var.dtype = value, shape, dtype
+        var.requires_grad, var._leaf, var._released = wants, not wants, False
+    if value is None:
+        var._pending = tape
+    return var
+
+
+def apply(defn, args, attrs):
+    """Records ``defn`` on the current global tape with positional inputs and checked attributes."""
+    tape = state.tape
+    if tape is None:
+        tape = get_global_tape()
+    return record(tape, defn, args, attrs)
+
+
+def dispatch(defn, inputs, attrs):
+    """OpDef.__call__: converts the user's positional inputs and attributes, then records."""
+    from tape.constants import as_inputs
+
+    if defn.fast and len(inputs) == len(defn.input_slots) and \
+            all(v.__class__ is Variable for v in inputs):
+        args = inputs
+    else:
+        args = None
+    try:
+        attrs = defn.check_attrs(attrs)
+        if args is None:
+            args = as_inputs(defn, inputs)
+    except FluidError as err:
+        raise err.with_context(op=defn.type, location=user_location()) from None
+    return apply(defn, args, attrs)
+
