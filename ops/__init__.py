@@ -13,6 +13,7 @@ keyword arguments are attributes::
     array([[-1.]], dtype=float32)
 """
 
+import tape  # noqa: F401  (the engine loads first, whichever package the user imports first)
 from ops import registry
 from ops.registry import REGISTRY, OpDef, lookup, register
 from ops import elementwise, unary, compare, reduce, matmul, shape, nn, fill, random  # noqa: F401
