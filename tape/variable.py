@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from ops.xp import as_array, to_numpy
-from tape.errors import GraphError, InputError
+from tape.errors import GraphError, InputError, ShapeError
 
 _serial = itertools.count()
 
@@ -111,7 +111,7 @@ class Variable:
         """Replaces the buffer, keeping shape and dtype (e.g. to feed new data each step)."""
         value = as_array(data, self.dtype)
         if self.shape is not None and value.shape != self.shape:
-            raise InputError(
+            raise ShapeError(
                 None, f"set_value on variable '{self.name}' changes its shape",
                 expected=str(self.shape), actual=str(value.shape),
             )
@@ -150,10 +150,10 @@ class Variable:
         return bool(self.numpy())
 
     def __float__(self):
-        return float(self.numpy())
+        return float(self.item())
 
     def __int__(self):
-        return int(self.numpy())
+        return int(self.item())
 
     __hash__ = object.__hash__
 
