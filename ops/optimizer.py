@@ -1,24 +1,255 @@
-"""Optimizer update ops: one op per parameter, updating it in place (ParamOut is Param)."""
+"""Optimizer update ops: one op per parameter, updating it and its state in place.
+
+Every update op writes into its inputs' buffers (ParamOut is Param, each state output is its
+state input), has no gradient and a side effect, so the scheduler keeps it in tape order. The
+rules are PyTorch's (``torch.optim``) under Paddle's op, slot and attribute names. Scalars
+(LearningRate, Beta1Pow, ...) may have any float dtype; they are cast to Param's dtype before
+they touch a tensor, so float32 parameters stay float32. Kernels reuse one temporary buffer.
+"""
 
 from __future__ import annotations
 
-from ops.registry import register
-from tape.errors import ShapeError
+from ops.registry import Attr, register
+from tape.errors import DTypeError, InputError, ShapeError
+
+_UPDATE = dict(differentiable=False, side_effect=True)
+
+
+def _check_like_param(param, var, slot):
+    if var.shape != param.shape:
+        raise ShapeError(None, f"{slot} must have Param's shape",
+                         expected=str(param.shape), actual=f"{slot}.shape == {var.shape}")
+    if var.dtype != param.dtype:
+        raise DTypeError(None, f"{slot} must have Param's dtype",
+                         expected=str(param.dtype), actual=f"{slot}.dtype == {var.dtype}")
+
+
+def _check_scalar(var, slot):
+    if var.shape not in ((), (1,)):
+        raise ShapeError(None, f"{slot} must hold one value",
+                         expected="shape () or (1,)", actual=f"{slot}.shape == {var.shape}")
+    if var.dtype.kind != "f":
+        raise DTypeError(None, f"{slot} must be floating point", actual=str(var.dtype))
+
+
+def check_update(param, grad, lr, states=(), scalars=()):
+    """Infer helper: Grad and each state slot are like Param; LR and scalar slots hold a value.
+
+    ``states`` and ``scalars`` are (slot name, Variable) pairs; returns Param's description
+    once per state (ParamOut first) and each scalar's own description.
+    """
+    if param.dtype.kind != "f":
+        raise DTypeError(None, "Param must be floating point", actual=str(param.dtype))
+    _check_like_param(param, grad, "Grad")
+    _check_scalar(lr, "LearningRate")
+    for slot, var in states:
+        _check_like_param(param, var, slot)
+    for slot, var in scalars:
+        _check_scalar(var, slot)
+    described = (param.shape, param.dtype)
+    return (described,) * (1 + len(states)) + tuple((v.shape, v.dtype) for _, v in scalars)
+
+
+def scalar(value, like):
+    """A one-value input as a 0-d array of ``like``'s dtype (weak-typed against ``like``)."""
+    return value.reshape(()).astype(like.dtype, copy=False)
+
+
+def _probability(name, default):
+    return Attr("float", default, check=lambda v: 0.0 <= v < 1.0, rule=f"0 <= {name} < 1")
+
+
+_EPSILON = Attr("float", 1e-8, check=lambda v: v >= 0.0, rule="epsilon >= 0")
+_NONNEGATIVE = dict(check=lambda v: v >= 0.0, rule=">= 0")
 
 
 def _infer_sgd(attrs, param, grad, lr):
-    if grad.shape != param.shape:
-        raise ShapeError(None, "Grad must have Param's shape",
-                         expected=str(param.shape), actual=str(grad.shape))
-    if lr.shape not in ((), (1,)):
-        raise ShapeError(None, "LearningRate must hold one value", actual=str(lr.shape))
-    return param.shape, param.dtype
+    return check_update(param, grad, lr)[0]
 
 
 @register("sgd", inputs=("Param", "Grad", "LearningRate"), outputs=("ParamOut",),
-          infer=_infer_sgd, differentiable=False, side_effect=True,
-          inplace={"ParamOut": "Param"})
+          infer=_infer_sgd, inplace={"ParamOut": "Param"}, **_UPDATE)
 def sgd(xp, attrs, param, grad, lr):
     """ParamOut = Param - LearningRate * Grad, written into Param's buffer (no gradient)."""
-    step = lr.reshape(()).astype(param.dtype, copy=False) * grad
+    step = xp.multiply(grad, scalar(lr, param))
     return xp.subtract(param, step, out=param)
+
+
+def _infer_momentum(attrs, param, grad, velocity, lr):
+    return check_update(param, grad, lr, [("Velocity", velocity)])
+
+
+@register("momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
+          outputs=("ParamOut", "VelocityOut"),
+          attrs={"mu": Attr("float", 0.9, **_NONNEGATIVE), "use_nesterov": Attr("bool", False)},
+          infer=_infer_momentum, inplace={"ParamOut": "Param", "VelocityOut": "Velocity"},
+          **_UPDATE)
+def momentum(xp, attrs, param, grad, velocity, lr):
+    """SGD with momentum (PyTorch's form, no dampening), in place; no gradient.
+
+    VelocityOut = mu * Velocity + Grad;
+    ParamOut = Param - LearningRate * (Grad + mu * VelocityOut) with use_nesterov,
+    ParamOut = Param - LearningRate * VelocityOut without.
+    """
+    mu, rate = attrs["mu"], scalar(lr, param)
+    velocity *= mu
+    velocity += grad
+    if attrs["use_nesterov"]:
+        step = xp.multiply(velocity, mu)
+        step += grad
+        step *= rate
+    else:
+        step = xp.multiply(velocity, rate)
+    param -= step
+    return param, velocity
+
+
+_ADAM_INPUTS = ("Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow")
+_ADAM_OUTPUTS = ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut")
+_ADAM_INPLACE = {"ParamOut": "Param", "Moment1Out": "Moment1", "Moment2Out": "Moment2",
+                 "Beta1PowOut": "Beta1Pow", "Beta2PowOut": "Beta2Pow"}
+_ADAM_ATTRS = {"beta1": _probability("beta1", 0.9), "beta2": _probability("beta2", 0.999),
+               "epsilon": _EPSILON}
+
+
+def _infer_adam(attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
+    return check_update(param, grad, lr, [("Moment1", moment1), ("Moment2", moment2)],
+                        [("Beta1Pow", beta1_pow), ("Beta2Pow", beta2_pow)])
+
+
+def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
+    beta1, beta2 = attrs["beta1"], attrs["beta2"]
+    # Bias corrections in the accumulators' own (usually float64) precision, as PyTorch
+    # computes them from its integer step count in double.
+    rate = lr.reshape(()).astype(beta1_pow.dtype)
+    step_size = scalar(rate / (1.0 - beta1_pow.reshape(())), param)
+    correction2 = scalar(xp.sqrt(1.0 - beta2_pow.reshape(())), param)
+    work = xp.subtract(grad, moment1)
+    work *= 1.0 - beta1
+    moment1 += work  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
+    xp.multiply(grad, grad, out=work)
+    work *= 1.0 - beta2
+    moment2 *= beta2
+    moment2 += work
+    xp.sqrt(moment2, out=work)
+    work /= correction2
+    work += attrs["epsilon"]
+    xp.divide(moment1, work, out=work)
+    work *= step_size
+    param -= work
+    beta1_pow *= beta1
+    beta2_pow *= beta2
+    return param, moment1, moment2, beta1_pow, beta2_pow
+
+
+@register("adam", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS, attrs=_ADAM_ATTRS,
+          infer=_infer_adam, inplace=_ADAM_INPLACE, **_UPDATE)
+def adam(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
+    """Adam (PyTorch's bias correction and epsilon placement), in place; no gradient.
+
+    Beta1Pow and Beta2Pow hold beta1**t and beta2**t for this step t (start them at beta1,
+    beta2); each output is the input multiplied by its beta for the next step.
+    Moment1Out = beta1 * Moment1 + (1 - beta1) * Grad;
+    Moment2Out = beta2 * Moment2 + (1 - beta2) * Grad**2;
+    ParamOut = Param - LearningRate / (1 - Beta1Pow) * Moment1Out
+               / (sqrt(Moment2Out) / sqrt(1 - Beta2Pow) + epsilon).
+    """
+    return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
+
+
+@register("adamw", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS,
+          attrs={**_ADAM_ATTRS, "coeff": Attr("float", 0.01, **_NONNEGATIVE)},
+          infer=_infer_adam, inplace=_ADAM_INPLACE, **_UPDATE)
+def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
+    """AdamW: decoupled weight decay, then the Adam step (PyTorch's order); no gradient.
+
+    Param = Param * (1 - LearningRate * coeff), then the ``adam`` update with the same slots.
+    """
+    rate = lr.reshape(()).astype(beta1_pow.dtype)
+    param *= scalar(1.0 - rate * attrs["coeff"], param)
+    return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
+
+
+def _infer_rmsprop(attrs, param, grad, mean_square, moment, mean_grad, lr):
+    if attrs["momentum"] > 0 and moment is None:
+        raise InputError(None, "input Moment is required when momentum > 0",
+                         actual=f"momentum={attrs['momentum']}, no Moment")
+    if attrs["centered"] and mean_grad is None:
+        raise InputError(None, "input MeanGrad is required when centered", actual="no MeanGrad")
+    present = [(slot, var) for slot, var in
+               (("MeanSquare", mean_square), ("Moment", moment), ("MeanGrad", mean_grad))
+               if var is not None]
+    param_desc, mean_square_desc, *rest = check_update(param, grad, lr, present)
+    rest.reverse()
+    moment_desc = [rest.pop()] if moment is not None else []
+    mean_grad_desc = [rest.pop()] if mean_grad is not None else []
+    return param_desc, mean_square_desc, moment_desc, mean_grad_desc
+
+
+@register("rmsprop", inputs=("Param", "Grad", "MeanSquare", "Moment?", "MeanGrad?",
+                             "LearningRate"),
+          outputs=("ParamOut", "MeanSquareOut", "MomentOut*", "MeanGradOut*"),
+          attrs={"decay": _probability("decay", 0.99), "epsilon": _EPSILON,
+                 "momentum": Attr("float", 0.0, **_NONNEGATIVE), "centered": Attr("bool", False)},
+          infer=_infer_rmsprop, inplace={"ParamOut": "Param", "MeanSquareOut": "MeanSquare",
+                                         "MomentOut": "Moment", "MeanGradOut": "MeanGrad"},
+          **_UPDATE)
+def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
+    """RMSProp (PyTorch's: epsilon outside the root; ``decay`` is PyTorch's alpha); no gradient.
+
+    MeanSquareOut = decay * MeanSquare + (1 - decay) * Grad**2;
+    centered: MeanGradOut = decay * MeanGrad + (1 - decay) * Grad,
+    avg = sqrt(MeanSquareOut - MeanGradOut**2) + epsilon, else avg = sqrt(MeanSquareOut) + epsilon;
+    with Moment: MomentOut = momentum * Moment + Grad / avg, ParamOut = Param - lr * MomentOut;
+    without: ParamOut = Param - lr * Grad / avg. Moment and MeanGrad are optional (Paddle's
+    dispensable slots): their outputs hold one Variable when the input is given, none otherwise.
+    """
+    decay = attrs["decay"]
+    work = xp.multiply(grad, grad)
+    work *= 1.0 - decay
+    mean_square *= decay
+    mean_square += work
+    if mean_grad is not None:
+        xp.subtract(grad, mean_grad, out=work)
+        work *= 1.0 - decay
+        mean_grad += work  # MeanGrad = lerp(MeanGrad, Grad, 1 - decay)
+        xp.multiply(mean_grad, mean_grad, out=work)
+        xp.subtract(mean_square, work, out=work)
+        xp.sqrt(work, out=work)
+    else:
+        xp.sqrt(mean_square, out=work)
+    work += attrs["epsilon"]
+    xp.divide(grad, work, out=work)
+    if moment is not None:
+        moment *= attrs["momentum"]
+        moment += work
+        xp.multiply(moment, scalar(lr, param), out=work)
+    else:
+        work *= scalar(lr, param)
+    param -= work
+    return (param, mean_square, [moment] if moment is not None else [],
+            [mean_grad] if mean_grad is not None else [])
+
+
+def _infer_adagrad(attrs, param, grad, moment, lr):
+    return check_update(param, grad, lr, [("Moment", moment)])
+
+
+@register("adagrad", inputs=("Param", "Grad", "Moment", "LearningRate"),
+          outputs=("ParamOut", "MomentOut"), attrs={"epsilon": Attr("float", 1e-10,
+                                                                    **_NONNEGATIVE)},
+          infer=_infer_adagrad, inplace={"ParamOut": "Param", "MomentOut": "Moment"}, **_UPDATE)
+def adagrad(xp, attrs, param, grad, moment, lr):
+    """Adagrad (PyTorch's: epsilon outside the root), in place; no gradient.
+
+    MomentOut = Moment + Grad**2;  ParamOut = Param - LearningRate * Grad / (sqrt(MomentOut) +
+    epsilon). PyTorch's lr_decay is a learning-rate schedule, applied by the optimizer.
+    """
+    work = xp.multiply(grad, grad)
+    moment += work
+    xp.sqrt(moment, out=work)
+    work += attrs["epsilon"]
+    xp.divide(grad, work, out=work)
+    work *= scalar(lr, param)
+    param -= work
+    return param, moment
