@@ -234,11 +234,12 @@ class _mode:
         self.tape, self.create_graph = tape, create_graph
 
     def __enter__(self):
-        self.saved = (state.tape, state.grad_enabled)
+        self.saved = (state.tape, state.grad_enabled, state.trusted)
         state.tape, state.grad_enabled = self.tape, self.create_graph
+        state.trusted = not self.create_graph and not self.tape.lazy
 
     def __exit__(self, *exc):
-        state.tape, state.grad_enabled = self.saved
+        state.tape, state.grad_enabled, state.trusted = self.saved
 
 
 __all__ = ["GradContext", "backward", "grad", "apply"]

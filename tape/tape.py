@@ -185,6 +185,8 @@ class _ThreadState(threading.local):
         self.tape = None
         self.grad_enabled = True
         self.lazy = False
+        # True inside an eager backward that records nothing (see _run_trusted).
+        self.trusted = False
 
 
 state = _ThreadState()
@@ -258,6 +260,8 @@ def _kernel_error(defn, tape, err):
 
 def record(tape, defn, args, attrs, given=None):
     """The hot path: infer, run (eager) and record op ``defn`` on ``tape``; returns its outputs."""
+    if state.trusted and defn.fast and given is None:
+        return _run_trusted(defn, args, attrs)
     try:
         descs = defn.infer(attrs, *args)
     except FluidError as err:
@@ -307,6 +311,15 @@ def record(tape, defn, args, attrs, given=None):
     if defn.returns is not None:
         return defn.returns(results)
     return results
+
+
+def _run_trusted(defn, args, attrs):
+    """Gradient ops of an eager backward that records nothing: the makers built them from
+    checked forward shapes, so the kernel's result describes itself (no inference needed)."""
+    values = [arg.value() if arg._pending is not None or arg._value is None else arg._value
+              for arg in args]
+    value = run_kernel(defn, attrs, values)[0]
+    return Variable._make(value, value.shape, value.dtype, False)
 
 
 def _outputs(defn, descs, values, grad, given, args, tape):
