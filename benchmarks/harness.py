@@ -1,0 +1,120 @@
+"""Timing: every implementation of a workload measured in one process, round-robin, after warm-up.
+
+Two traps measured on these machines shape the loop. An idle BLAS/OpenMP thread pool keeps
+spinning for ~0.1 s after its library's last call and halves the speed of whatever runs next, so
+each timed block is preceded by a pause and an untimed settle step of the same implementation.
+Fresh buffers page-fault (the allocator hands large freed blocks back to the kernel), which swings
+fresh-process timings by 30-40%, so everything runs in one long-lived process after a warm-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import statistics
+import time
+
+
+@dataclasses.dataclass
+class Options:
+    """How long to measure: ``reps`` timed blocks per implementation of ``block`` seconds each."""
+
+    reps: int = 9
+    block: float = 0.25
+    warmup: float = 0.5
+    pause: float = 0.2
+
+
+@dataclasses.dataclass
+class Measurement:
+    """Per-step times (seconds) of one implementation, one entry per timed block."""
+
+    name: str
+    times: list
+    steps_per_block: int
+
+    @property
+    def median(self):
+        return statistics.median(self.times)
+
+
+def set_threads(threads):
+    """The same thread count for every library: env vars (read at import), threadpoolctl, torch.
+
+    Must run before numpy is imported for the env vars to reach OpenBLAS.
+    """
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    try:
+        import threadpoolctl
+
+        threadpoolctl.threadpool_limits(threads)
+    except ImportError:  # the env vars already did it for libraries loaded after this point
+        pass
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+
+
+def warm_up(step, seconds):
+    """Runs ``step`` for at least ``seconds`` (and 3 times); returns the last steps' mean time."""
+    started = time.perf_counter()
+    count, last = 0, started
+    times = []
+    while count < 3 or last - started < seconds:
+        step()
+        now = time.perf_counter()
+        times.append(now - last)
+        count, last = count + 1, now
+    tail = times[len(times) // 2:]
+    return sum(tail) / len(tail)
+
+
+def timed_block(step, count, pause):
+    """Per-step seconds over ``count`` steps, after a pause and an untimed settle step."""
+    time.sleep(pause)  # lets the previous implementation's spinning thread pool go idle
+    gc.collect()  # garbage left by the previous implementation is not charged to this one
+    step()  # settle: wakes this library's own pool and caches
+    started = time.perf_counter()
+    for _ in range(count):
+        step()
+    return (time.perf_counter() - started) / count
+
+
+def measure(steps, options):
+    """Round-robin over ``steps`` ({name: step}): A, B, C, A, B, C, ... ``options.reps`` times."""
+    counts = {}
+    for name, step in steps.items():
+        estimate = warm_up(step, options.warmup)
+        counts[name] = max(1, round(options.block / max(estimate, 1e-9)))
+    times = {name: [] for name in steps}
+    for _ in range(options.reps):
+        for name, step in steps.items():
+            times[name].append(timed_block(step, counts[name], options.pause))
+    return [Measurement(name, times[name], counts[name]) for name in steps]
+
+
+def profile(step, seconds, limit=25):
+    """cProfile of ``step`` repeated for ``seconds`` (after one warm step); returns the report."""
+    import cProfile
+    import io
+    import pstats
+
+    step()
+    profiler = cProfile.Profile()
+    started, count = time.perf_counter(), 0
+    profiler.enable()
+    while count < 3 or time.perf_counter() - started < seconds:
+        step()
+        count += 1
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    out.write(f"{count} steps profiled\n")
+    stats.sort_stats("tottime").print_stats(limit)
+    stats.sort_stats("cumulative").print_stats(limit)
+    return out.getvalue()

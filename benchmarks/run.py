@@ -1,0 +1,103 @@
+"""The benchmark command: ``python -m benchmarks`` or ``python benchmarks/run.py`` prints one table.
+
+Each workload is a module (``benchmarks/<name>.py``) with ``IMPLEMENTATIONS``, a dict of
+name -> ``setup(config, data)`` returning a step callable; adding an implementation (say
+"fluidtape lazy") is one entry there. All implementations of a workload run in this one process,
+round-robin, after warm-up (see ``benchmarks.harness`` for why).
+
+    python -m benchmarks --only overhead,mlp --reps 5
+    python -m benchmarks --only lstm --impls fluidtape,torch
+    python -m benchmarks --only mlp --profile fluidtape
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import WORKLOADS  # noqa: E402
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(WORKLOADS),
+                        help=f"comma-separated workloads (default: all of {', '.join(WORKLOADS)})")
+    parser.add_argument("--impls", default=None,
+                        help="comma-separated implementations to keep (default: all)")
+    parser.add_argument("--reps", type=int, default=9, help="timed blocks per implementation")
+    parser.add_argument("--block", type=float, default=0.25, help="seconds per timed block")
+    parser.add_argument("--warmup", type=float, default=0.5, help="warm-up seconds per impl")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds of sleep before each block (lets thread pools idle)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="BLAS/OpenMP/torch threads for every library (default: all cores)")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--profile", metavar="IMPL",
+                        help="instead of timing, cProfile IMPL on each workload and print it")
+    return parser.parse_args(argv)
+
+
+def load(name):
+    if name not in WORKLOADS:
+        raise SystemExit(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+def build(workload, config, wanted):
+    """{name: step} for the implementations that can run, and notes on those that cannot."""
+    from benchmarks.common import Unavailable
+
+    data = workload.make_data(config)
+    steps, notes = {}, []
+    for name, setup in workload.IMPLEMENTATIONS.items():
+        if wanted is not None and name not in wanted:
+            continue
+        try:
+            steps[name] = setup(config, data)
+        except Unavailable as why:
+            notes.append(f"{workload.NAME}/{name} skipped: {why}")
+    return steps, notes
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from benchmarks import harness  # imports nothing heavy; numpy comes after the thread setup
+
+    harness.set_threads(args.threads)
+    from benchmarks import report
+
+    options = harness.Options(args.reps, args.block, args.warmup, args.pause)
+    if os.getloadavg()[0] > 0.5 and not args.profile:
+        print(f"warning: load average {os.getloadavg()[0]:.2f}: other processes share the cores, "
+              "timings will be noisy", file=sys.stderr)
+    wanted = set(args.impls.split(",")) if args.impls else None
+    table, notes = [], []
+    for name in args.only.split(","):
+        workload = load(name.strip())
+        config = workload.TINY if args.tiny else workload.DEFAULT
+        steps, skipped = build(workload, config, wanted)
+        notes += skipped
+        if args.profile:
+            if args.profile in steps:
+                print(f"== {workload.NAME} / {args.profile}: {workload.TITLE}")
+                print(harness.profile(steps[args.profile], max(args.block * args.reps, 1.0)))
+            continue
+        print(f"measuring {workload.NAME}: {workload.TITLE} ...", file=sys.stderr, flush=True)
+        table += report.rows(workload, config, harness.measure(steps, options))
+    if not args.profile:
+        print(report.environment(args.threads))
+        print(report.format_table(table, markdown=args.markdown))
+    for note in notes:
+        print(f"note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

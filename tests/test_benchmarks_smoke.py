@@ -1,0 +1,66 @@
+"""Smoke test of benchmarks/: each implementation runs once at a tiny size and agrees with numpy.
+
+This guards the benchmark code itself (every implementation must compute the same loss and
+gradients as the hand-written numpy floor); it never times anything.
+"""
+
+import importlib
+
+import numpy as np
+import pytest
+
+from benchmarks import WORKLOADS, harness, report
+from benchmarks.common import Unavailable, to_numpy
+
+MODULES = {name: importlib.import_module(f"benchmarks.{name}") for name in WORKLOADS}
+CASES = [(name, impl) for name, module in MODULES.items() for impl in module.IMPLEMENTATIONS
+         if impl != "numpy"]
+
+
+def run_once(workload, impl):
+    """Loss and gradients after one step; a training step's gradients come from its update."""
+    config = workload.TINY
+    data = workload.make_data(config)
+    try:
+        step = workload.IMPLEMENTATIONS[impl](config, data)
+    except Unavailable as why:
+        pytest.skip(str(why))
+    loss, arrays = step()
+    loss, arrays = float(to_numpy(loss)), [to_numpy(a) for a in arrays]
+    if workload.TRAINING:
+        pairs = zip(data["params"], arrays, strict=True)
+        arrays = [(before - after) / config["lr"] for before, after in pairs]
+    return loss, arrays
+
+
+@pytest.mark.parametrize("name, impl", CASES, ids=[f"{n}-{i}" for n, i in CASES])
+def test_implementation_matches_numpy_floor(name, impl):
+    workload = MODULES[name]
+    expected_loss, expected_grads = run_once(workload, "numpy")
+    loss, grads = run_once(workload, impl)
+    assert loss == pytest.approx(expected_loss, rel=1e-4, abs=1e-5)
+    assert len(grads) == len(expected_grads) == len(workload.make_data(workload.TINY)["params"])
+    for index, (grad, expected) in enumerate(zip(grads, expected_grads, strict=True)):
+        assert grad.shape == expected.shape, f"gradient {index}"
+        np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-5 * np.abs(expected).max(),
+                                   err_msg=f"gradient {index} of {name}/{impl}")
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_numpy_floor_keeps_float32(name):
+    workload = MODULES[name]
+    config = workload.TINY
+    loss, arrays = workload.IMPLEMENTATIONS["numpy"](config, workload.make_data(config))()
+    assert np.asarray(loss).dtype == np.float32
+    assert all(np.asarray(a).dtype == np.float32 for a in arrays)
+
+
+def test_measure_and_table_report_every_implementation():
+    steps = {"numpy": lambda: None, "fluidtape": lambda: None}
+    options = harness.Options(reps=2, block=0.0, warmup=0.0, pause=0.0)
+    measurements = harness.measure(steps, options)
+    assert [(m.name, len(m.times)) for m in measurements] == [("numpy", 2), ("fluidtape", 2)]
+    table = report.rows(MODULES["mlp"], MODULES["mlp"].TINY, measurements)
+    text = report.format_table(table)
+    assert "fluidtape" in text and "<= 1.1x numpy" in text
+    assert report.format_table(table, markdown=True).startswith("| workload | implementation |")
