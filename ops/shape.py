@@ -3,10 +3,13 @@ gather and where. Their gradients are shape ops too, so they differentiate any n
 
 from __future__ import annotations
 
+import builtins
+import itertools
 import math
 
+from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
 from ops.registry import Attr, register
-from tape.errors import ShapeError
+from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
 from tape.tape import apply
 
 
@@ -65,3 +68,408 @@ def _(g):
     from ops.reduce import sum_to
 
     return (sum_to(g.gouts[0], g.inputs[0].shape),)
+
+
+def _infer_transpose(attrs, x):
+    ndim = len(x.shape)
+    perm = [p + ndim if p < 0 else p for p in attrs["perm"]]
+    if sorted(perm) != list(range(ndim)):
+        raise ShapeError(None, "attribute 'perm' is not a permutation of X's axes",
+                         expected=f"a permutation of 0..{ndim - 1} (X.shape={x.shape})",
+                         actual=f"perm={attrs['perm']}")
+    return tuple(x.shape[p] for p in perm), x.dtype
+
+
+@register("transpose", inputs=("X",), attrs={"perm": Attr("ints", required=True)},
+          infer=_infer_transpose, no_need_buffer=("X",))
+def transpose(xp, attrs, x):
+    """Out = X with its axes permuted: Out.shape[i] = X.shape[perm[i]].
+
+    dX = transpose(dOut, inverse(perm)).
+    """
+    return xp.transpose(x, attrs["perm"])
+
+
+@transpose.gradient
+def _(g):
+    ndim = len(g.inputs[0].shape)
+    perm = [p % ndim for p in g.attrs["perm"]]
+    inverse = tuple(perm.index(i) for i in range(ndim))
+    return (apply(transpose, (g.gouts[0],), {"perm": inverse}),)
+
+
+def _infer_squeeze(attrs, x):
+    axes = attrs["axes"]
+    if not axes:
+        return tuple(d for d in x.shape if d != 1), x.dtype
+    drop = normalize_axes(None, axes, len(x.shape))
+    for axis in drop:
+        if x.shape[axis] != 1:
+            raise ShapeError(None, f"cannot squeeze axis {axis} of extent {x.shape[axis]}",
+                             expected="every axis in 'axes' has extent 1",
+                             actual=f"X.shape={x.shape}, axes={axes}")
+    return tuple(d for i, d in enumerate(x.shape) if i not in drop), x.dtype
+
+
+@register("squeeze", inputs=("X",), attrs={"axes": Attr("ints", ())}, infer=_infer_squeeze,
+          no_need_buffer=("X",))
+def squeeze(xp, attrs, x):
+    """Out = X without the listed size-1 axes (all size-1 axes when ``axes`` is empty).
+
+    dX = reshape(dOut, X.shape).
+    """
+    return xp.squeeze(x, axis=attrs["axes"] or None)
+
+
+@squeeze.gradient
+def _(g):
+    return (apply(reshape, (g.gouts[0],), {"shape": g.inputs[0].shape}),)
+
+
+def _infer_unsqueeze(attrs, x):
+    ndim = len(x.shape) + len(attrs["axes"])
+    new = normalize_axes(None, attrs["axes"], ndim)
+    dims = iter(x.shape)
+    return tuple(1 if i in new else next(dims) for i in range(ndim)), x.dtype
+
+
+@register("unsqueeze", inputs=("X",), attrs={"axes": Attr("ints", required=True)},
+          infer=_infer_unsqueeze, no_need_buffer=("X",))
+def unsqueeze(xp, attrs, x):
+    """Out = np.expand_dims(X, axes): ``axes`` index Out's dimensions, which get extent 1.
+
+    dX = reshape(dOut, X.shape).
+    """
+    return xp.expand_dims(x, tuple(attrs["axes"]))
+
+
+@unsqueeze.gradient
+def _(g):
+    return (apply(reshape, (g.gouts[0],), {"shape": g.inputs[0].shape}),)
+
+
+def _check_list(xs, axis_of, what):
+    """Shared checks of concat/stack inputs: non-empty, one dtype, shapes equal off ``axis_of``."""
+    if not xs:
+        raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
+    first = xs[0]
+    for i, x in enumerate(xs[1:], 1):
+        if x.dtype != first.dtype:
+            raise DTypeError(None, "all inputs X must have the same dtype",
+                             expected=str(first.dtype), actual=f"X[{i}].dtype == {x.dtype}")
+        off_axis = [k for k in range(len(first.shape)) if k != axis_of]
+        if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
+            raise ShapeError(None, f"inputs X must have equal shapes{what}",
+                             expected=f"X[{i}].shape like X[0].shape == {first.shape}",
+                             actual=f"X[{i}].shape == {x.shape}")
+
+
+def _infer_concat(attrs, xs):
+    if xs and not xs[0].shape:
+        raise ShapeError(None, "0-d inputs cannot be concatenated",
+                         expected="inputs with at least one dimension", actual="X[0].shape == ()")
+    axis = normalize_axis(None, attrs["axis"], len(xs[0].shape)) if xs else 0
+    _check_list(xs, axis, f" except along axis {axis}")
+    shape = list(xs[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in xs)
+    return tuple(shape), xs[0].dtype
+
+
+@register("concat", inputs=("X*",), attrs={"axis": Attr("int", 0)}, infer=_infer_concat,
+          no_need_buffer=("X",))
+def concat(xp, attrs, xs):
+    """Out = X[0], X[1], ... joined along ``axis``.  dX[i] = the matching piece of split(dOut)."""
+    return xp.concatenate(xs, axis=attrs["axis"])
+
+
+@concat.gradient
+def _(g):
+    (xs,), (gout,) = g.inputs, g.gouts
+    axis = g.attrs["axis"] % len(gout.shape)
+    sections = tuple(x.shape[axis] for x in xs)
+    return (apply(split, (gout,), {"num": 0, "sections": sections, "axis": axis}),)
+
+
+def _infer_stack(attrs, xs):
+    _check_list(xs, None, "")
+    axis = normalize_axis(None, attrs["axis"], len(xs[0].shape) + 1)
+    shape = list(xs[0].shape)
+    shape.insert(axis, len(xs))
+    return tuple(shape), xs[0].dtype
+
+
+@register("stack", inputs=("X*",), attrs={"axis": Attr("int", 0)}, infer=_infer_stack,
+          no_need_buffer=("X",))
+def stack(xp, attrs, xs):
+    """Out = X[0], X[1], ... (equal shapes) stacked along a new axis ``axis`` of Out.
+
+    dX[i] = the i-th slice of dOut along ``axis``.
+    """
+    return xp.stack(xs, axis=attrs["axis"])
+
+
+@stack.gradient
+def _(g):
+    (xs,), (gout,) = g.inputs, g.gouts
+    axis = g.attrs["axis"] % len(gout.shape)
+    pieces = apply(split, (gout,), {"num": len(xs), "sections": (), "axis": axis})
+    return ([apply(reshape, (p,), {"shape": x.shape}) for p, x in zip(pieces, xs, strict=True)],)
+
+
+def _split_sizes(attrs, x):
+    """The normalized axis and the extent of each piece along it."""
+    if not x.shape:
+        raise ShapeError(None, "a 0-d X cannot be split", expected="X with at least one dimension")
+    axis = normalize_axis(None, attrs["axis"], len(x.shape))
+    dim, num, sections = x.shape[axis], attrs["num"], list(attrs["sections"])
+    if (num > 0) == bool(sections):
+        raise AttrError(None, "give exactly one of attributes 'num' and 'sections'",
+                        actual=f"num={num}, sections={tuple(sections)}")
+    if num:
+        if dim % num:
+            raise ShapeError(None, f"axis {axis} of extent {dim} cannot be split into {num} "
+                             "equal pieces", expected=f"X.shape[{axis}] divisible by num",
+                             actual=f"X.shape={x.shape}, num={num}")
+        return axis, [dim // num] * num
+    known = sum(s for s in sections if s != -1)
+    if sections.count(-1) == 1 and known <= dim:
+        sections[sections.index(-1)] = dim - known
+    if sum(sections) != dim or any(s < 0 for s in sections):
+        raise ShapeError(None, "attribute 'sections' does not add up to the axis's extent",
+                         expected=f"sizes >= 0 (one may be -1) summing to X.shape[{axis}] == {dim}",
+                         actual=f"sections={attrs['sections']}")
+    return axis, sections
+
+
+def _infer_split(attrs, x):
+    axis, sizes = _split_sizes(attrs, x)
+    shapes = [x.shape[:axis] + (size,) + x.shape[axis + 1:] for size in sizes]
+    return ([(shape, x.dtype) for shape in shapes],)
+
+
+@register("split", inputs=("X",), outputs=("Out*",), attrs={
+    "num": Attr("int", 0, check=lambda v: v >= 0, rule=">= 0"),
+    "sections": Attr("ints", ()),
+    "axis": Attr("int", 0),
+}, infer=_infer_split, no_need_buffer=("X",), returns=lambda results: results[0])
+def split(xp, attrs, x):
+    """Out = X cut along ``axis`` into ``num`` equal pieces or pieces of extents ``sections``
+    (one may be -1: the rest); returns a list.
+
+    dX = concat of the pieces' gradients (zeros for pieces no gradient reached).
+    """
+    axis, sizes = _split_sizes(attrs, x)
+    bounds = list(itertools.accumulate(sizes))[:-1]
+    return (xp.split(x, bounds, axis=axis),)
+
+
+@split.gradient
+def _(g):
+    from ops.fill import fill_zeros_like
+
+    (pieces,), (gouts,) = g.outputs, g.gouts
+    grads = [gout if gout is not None else apply(fill_zeros_like, (piece,), {})
+             for piece, gout in zip(pieces, gouts, strict=True)]
+    axis = g.attrs["axis"] % len(g.inputs[0].shape)
+    return (apply(concat, (grads,), {"axis": axis}),)
+
+
+def _slice_index(attrs, ndim):
+    """The tuple of Python slices ``X[...]`` takes for the slice attributes.
+
+    (This module's ``slice`` is the op, hence ``builtins.slice``.)
+    """
+    index = [builtins.slice(None)] * ndim
+    strides = attrs["strides"] or (1,) * len(attrs["axes"])
+    cuts = zip(attrs["axes"], attrs["starts"], attrs["ends"], strides, strict=True)
+    for axis, start, end, stride in cuts:
+        index[axis % ndim] = builtins.slice(start, end, stride)
+    return tuple(index)
+
+
+def _infer_slice(attrs, x):
+    """Out's shape; X's shape sliced but with the decreased axes kept (the kernels need it)."""
+    ndim, axes = len(x.shape), attrs["axes"]
+    lengths = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or axes)}
+    if lengths != {len(axes)}:
+        raise AttrError(None, "attributes 'axes', 'starts', 'ends' and 'strides' differ in length",
+                        expected="one start, end (and stride) per axis",
+                        actual=f"axes={axes}, starts={attrs['starts']}, ends={attrs['ends']}, "
+                        f"strides={attrs['strides']}")
+    normalize_axes(None, axes, ndim)
+    sliced = list(x.shape)
+    for axis, cut in enumerate(_slice_index(attrs, ndim)):
+        sliced[axis] = len(range(*cut.indices(sliced[axis])))
+    drop = normalize_axes(None, attrs["decrease_axis"], ndim)
+    for axis in drop:
+        if sliced[axis] != 1:
+            raise ShapeError(None, f"decrease_axis {axis} has extent {sliced[axis]} after slicing",
+                             expected="extent 1 on every axis in decrease_axis",
+                             actual=f"sliced shape {tuple(sliced)}")
+    return tuple(d for i, d in enumerate(sliced) if i not in drop), x.dtype
+
+
+_SLICE_ATTRS = {
+    "axes": Attr("ints", required=True),
+    "starts": Attr("ints", required=True),
+    "ends": Attr("ints", required=True),
+    "strides": Attr("ints", (), check=lambda v: 0 not in v, rule="no zero strides"),
+    "decrease_axis": Attr("ints", ()),
+}
+
+
+@register("slice", inputs=("X",), attrs=_SLICE_ATTRS, infer=_infer_slice, no_need_buffer=("X",))
+def slice(xp, attrs, x):  # noqa: A001  (Paddle's name)
+    """Out = X[starts:ends:strides] on ``axes`` (Python slicing: negatives count from the end,
+    bounds are clamped), without the extent-1 axes listed in ``decrease_axis``.
+
+    dX = slice_grad(X, dOut): dOut written into zeros of X's shape.
+    """
+    out = x[_slice_index(attrs, x.ndim)]
+    if attrs["decrease_axis"]:
+        out = xp.squeeze(out, axis=attrs["decrease_axis"])
+    return out
+
+
+@slice.gradient
+def _(g):
+    return (apply(slice_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+def _infer_slice_grad(attrs, x, gout):
+    shape, _ = _infer_slice(attrs, x)
+    if gout.shape != shape:
+        raise ShapeError(None, "Out@GRAD does not have the slice's shape",
+                         expected=f"{shape} (slice of X.shape={x.shape})", actual=str(gout.shape))
+    return x.shape, gout.dtype
+
+
+@register("slice_grad", inputs=("X", "Out@GRAD"), attrs=_SLICE_ATTRS, infer=_infer_slice_grad,
+          no_need_buffer=("X",))
+def slice_grad(xp, attrs, x, gout):
+    """Out = zeros of X's shape with Out@GRAD written into the slice (X's values are unused).
+
+    d(Out@GRAD) = slice(dOut); X gets no gradient.
+    """
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    window = gx[_slice_index(attrs, len(x.shape))]
+    window[...] = gout.reshape(window.shape)
+    return gx
+
+
+@slice_grad.gradient
+def _(g):
+    return None, apply(slice, (g.gouts[0],), g.attrs)
+
+
+def _infer_gather(attrs, x, index):
+    if index.dtype.kind not in "iu":
+        raise DTypeError(None, "input Index must hold integers", expected="an integer dtype",
+                         actual=str(index.dtype))
+    if not x.shape:
+        raise ShapeError(None, "X must have at least one dimension", actual="X.shape == ()")
+    axis = normalize_axis(None, attrs["axis"], len(x.shape))
+    dim, known = x.shape[axis], index._value
+    if known is not None and known.size:
+        low, high = int(known.min()), int(known.max())
+        if low < -dim or high >= dim:
+            bad = high if high >= dim else low
+            raise IndexingError(None, f"index {bad} is out of range for axis {axis} of extent "
+                                f"{dim}", expected=f"-{dim} <= Index < {dim}",
+                                actual=f"Index values in [{low}, {high}], X.shape={x.shape}")
+    return x.shape[:axis] + index.shape + x.shape[axis + 1:], x.dtype
+
+
+@register("gather", inputs=("X", "Index"), attrs={"axis": Attr("int", 0)}, infer=_infer_gather,
+          no_need_buffer=("X",))
+def gather(xp, attrs, x, index):
+    """Out = take(X, Index, axis) (negative indices count from the end); Out.shape is
+    X.shape[:axis] + Index.shape + X.shape[axis + 1:].
+
+    dX = gather_grad(X, Index, dOut): dOut scatter-added into zeros (repeats accumulate).
+    """
+    return xp.take(x, index, axis=attrs["axis"])
+
+
+@gather.gradient
+def _(g):
+    x, index = g.inputs
+    return apply(gather_grad, (x, index, g.gouts[0]), g.attrs), None
+
+
+def _infer_gather_grad(attrs, x, index, gout):
+    shape, _ = _infer_gather(attrs, x, index)
+    if gout.shape != shape:
+        raise ShapeError(None, "Out@GRAD does not have the gather's shape",
+                         expected=str(shape), actual=str(gout.shape))
+    return x.shape, gout.dtype
+
+
+@register("gather_grad", inputs=("X", "Index", "Out@GRAD"), attrs={"axis": Attr("int", 0)},
+          infer=_infer_gather_grad, no_need_buffer=("X",))
+def gather_grad(xp, attrs, x, index, gout):
+    """Out = zeros of X's shape with Out@GRAD added at Index along ``axis`` (X's values unused).
+
+    d(Out@GRAD) = gather(dOut, Index, axis); X and Index get none.
+    """
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    xp.add.at(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    return gx
+
+
+@gather_grad.kernel_for("gpu")
+def _(xp, attrs, x, index, gout):
+    import cupyx  # only reached with cupy arrays; older cupy has no ufunc.at
+
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    cupyx.scatter_add(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    return gx
+
+
+def _along(axis, ndim, index):
+    return (builtins.slice(None),) * (axis % ndim) + (index,)
+
+
+@gather_grad.gradient
+def _(g):
+    _, index, _ = g.inputs
+    return None, None, apply(gather, (g.gouts[0], index), g.attrs)
+
+
+def _infer_where(attrs, condition, x, y):
+    if condition.dtype.kind != "b":
+        raise DTypeError(None, "input Condition must be boolean", expected="bool",
+                         actual=str(condition.dtype))
+    values = broadcast_shapes(None, x.shape, y.shape)
+    return broadcast_shapes(None, condition.shape, values, "Condition", "X and Y"), \
+        result_dtype(x, y)
+
+
+@register("where", inputs=("Condition", "X", "Y"), infer=_infer_where, no_need_buffer=("X", "Y"))
+def where(xp, attrs, condition, x, y):
+    """Out = X where Condition else Y (all three broadcast).
+
+    dX = where(Condition, dOut, 0) and dY = where(Condition, 0, dOut), each summed to its shape.
+    """
+    return xp.where(condition, x, y)
+
+
+@where.gradient
+def _(g):
+    from tape.constants import constant
+
+    condition, x, y = g.inputs
+    (gout,) = g.gouts
+    zero = constant(0, gout)
+    gx = _to_input(apply(where, (condition, gout, zero), {}), x) if g.needs(1) else None
+    gy = _to_input(apply(where, (condition, zero, gout), {}), y) if g.needs(2) else None
+    return None, gx, gy
+
+
+def _to_input(grad, var):
+    """A broadcast, promoted gradient reduced to ``var``'s shape and cast to its dtype."""
+    from ops.reduce import sum_to
+    from ops.unary import cast
+
+    grad = sum_to(grad, var.shape)
+    return grad if grad.dtype == var.dtype else apply(cast, (grad,), {"out_dtype": var.dtype.name})

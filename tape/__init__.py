@@ -17,6 +17,7 @@ from tape.errors import (  # noqa: F401  (the public error types)
     ExecutionError,
     FluidError,
     GraphError,
+    IndexingError,
     InputError,
     ShapeError,
 )

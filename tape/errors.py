@@ -86,6 +86,10 @@ class InputError(FluidError, TypeError):
     """A missing, unexpected or non-Variable input, or an unknown op type."""
 
 
+class IndexingError(FluidError, IndexError):
+    """An index outside an axis's range, or an index form indexing does not support."""
+
+
 class GraphError(FluidError, RuntimeError):
     """A tape used in a way it cannot support, e.g. a second backward over released ops."""
 
