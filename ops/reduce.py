@@ -1,12 +1,15 @@
-"""Reductions: the seed's ``sum`` (adds a list) and ``mean`` (of all elements), axis reductions,
-and ``sum_to_shape``, which reduces a broadcast gradient back to an input's shape."""
+"""Reductions: the seed's ``sum`` (adds a list) and ``mean`` (of all elements), axis reductions
+(sum, mean, max, min, logsumexp), and ``sum_to_shape``, which reduces a broadcast gradient back
+to an input's shape."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ops.infer import normalize_axes
-from ops.registry import Attr, register
+from ops.infer import normalize_axes, require_float
+from ops.registry import REGISTRY, Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
@@ -72,7 +75,7 @@ def broadcast_to_shape():
 def _infer_sum_to(attrs, x):
     target = attrs["shape"]
     extra = len(x.shape) - len(target)
-    if extra < 0 or any(t != 1 and t != s for t, s in zip(target, x.shape[extra:])):
+    if extra < 0 or any(t != 1 and t != s for t, s in zip(target, x.shape[extra:], strict=True)):
         raise ShapeError(None, "X cannot be summed down to the target shape",
                          expected=f"a shape X.shape={x.shape} broadcasts from",
                          actual=f"shape={target}")
@@ -140,3 +143,100 @@ def keep_dims(gout, x, attrs):
     from ops.shape import reshape
 
     return apply(reshape, (gout,), {"shape": shape})
+
+
+def _reduced_count(x, attrs):
+    """How many elements of X each output element reduces over."""
+    axes = normalize_axes(None, attrs["axis"], len(x.shape))
+    return math.prod(x.shape[i] for i in axes)
+
+
+def _infer_reduce_mean(attrs, x):
+    shape, dtype = _infer_reduce(attrs, x)
+    return shape, dtype if dtype.kind in "fc" else np.dtype(np.float64)
+
+
+@register("reduce_mean", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce_mean,
+          no_need_buffer=("X",))
+def reduce_mean(xp, attrs, x):
+    """Out = mean of X over ``axis`` (all when None).  dX = broadcast(dOut) / (elements reduced)."""
+    return x.mean(axis=attrs["axis"], keepdims=attrs["keepdim"])
+
+
+@reduce_mean.gradient
+def _(g):
+    from tape.constants import constant
+
+    (x,), (gout,) = g.inputs, g.gouts
+    scaled = gout * constant(1.0 / max(_reduced_count(x, g.attrs), 1), gout)
+    return (apply(broadcast_to_shape(), (keep_dims(scaled, x, g.attrs),), {"shape": x.shape}),)
+
+
+def _infer_extreme(attrs, x):
+    shape, dtype = _infer_reduce(attrs, x)
+    if _reduced_count(x, attrs) == 0:
+        raise ShapeError(None, "cannot take the max or min over an empty axis",
+                         expected="every reduced axis has extent > 0",
+                         actual=f"X.shape={x.shape}, axis={attrs['axis']}")
+    return shape, dtype
+
+
+@register("reduce_max", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_extreme)
+def reduce_max(xp, attrs, x):
+    """Out = max of X over ``axis``.  dX = dOut at the positions of the max, shared equally
+    among ties (as PyTorch's amax), 0 elsewhere."""
+    return x.max(axis=attrs["axis"], keepdims=attrs["keepdim"])
+
+
+@register("reduce_min", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_extreme)
+def reduce_min(xp, attrs, x):
+    """Out = min of X over ``axis``.  dX = dOut at the positions of the min, shared equally
+    among ties, 0 elsewhere."""
+    return x.min(axis=attrs["axis"], keepdims=attrs["keepdim"])
+
+
+@reduce_max.gradient
+@reduce_min.gradient
+def _(g):
+    from ops.compare import equal
+    from ops.unary import cast
+
+    (x,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    # Where X attains the extreme: a constant mask (comparisons have no gradient), so the
+    # gradient is piecewise linear in dOut and its own derivative w.r.t. X is zero.
+    hits = apply(equal, (x, keep_dims(out, x, g.attrs)), {"axis": -1})
+    hits = apply(cast, (hits,), {"out_dtype": x.dtype.name})
+    count = apply(reduce_sum, (hits,), {"axis": g.attrs["axis"], "keepdim": True})
+    return (hits / count * keep_dims(gout, x, g.attrs),)
+
+
+def _infer_logsumexp(attrs, x):
+    require_float(None, x)
+    return _infer_reduce(attrs, x)
+
+
+@register("logsumexp", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_logsumexp)
+def logsumexp(xp, attrs, x):
+    """Out = log(sum(exp(X))) over ``axis``, computed as m + log(sum(exp(X - m))) with m the
+    max, so it neither overflows nor underflows.  dX = dOut * exp(X - Out) (a softmax)."""
+    axis, keepdim = attrs["axis"], attrs["keepdim"]
+    axes = normalize_axes(None, axis, x.ndim)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    if 0 in kept or not math.prod(x.shape[i] for i in axes):
+        # Empty output, or sums over empty axes (0, whose log is -inf): no max to shift by.
+        out = xp.full(kept, -xp.inf, dtype=x.dtype)
+    else:
+        shift = x.max(axis=axis, keepdims=True)
+        # An all -inf (or +inf) slice would make X - m NaN; shifting it by 0 gives the limit.
+        shift = xp.where(xp.isfinite(shift), shift, 0)
+        with np.errstate(divide="ignore"):  # log(0) = -inf for all -inf slices, as intended
+            out = xp.log(xp.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
+    return out if keepdim else out.reshape(tuple(d for i, d in enumerate(x.shape)
+                                                 if i not in axes))
+
+
+@logsumexp.gradient
+def _(g):
+    (x,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    softmax = REGISTRY["exp"](x - keep_dims(out, x, g.attrs))
+    return (softmax * keep_dims(gout, x, g.attrs),)
