@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ops.registry import REGISTRY
-from tape.errors import InputError, user_location
+from tape.errors import IndexingError, user_location
 from tape.variable import Variable
 
 # Stand-ins for an open slice end, past any real dimension in either direction.
@@ -23,10 +23,10 @@ def getitem(var, index):
         return REGISTRY["gather"](var, _index_variable(index), axis=0)
     items = index if isinstance(index, tuple) else (index,)
     if any(isinstance(i, Variable) or _is_int_array(i) for i in items):
-        raise IndexError(
-            f"indexing variable '{var.name}' with {index!r} mixes integer arrays with other "
-            f"indices (recorded at {user_location()}); use ops.gather for one axis at a time"
-        )
+        raise IndexingError(
+            None, f"indexing variable '{var.name}' with {index!r} mixes integer arrays with "
+            "other indices", hint="index with one integer array at a time, or use ops.gather "
+            "with its axis attribute", location=user_location())
     return _basic(var, _expand_ellipsis(items, len(var.shape)))
 
 
@@ -40,20 +40,26 @@ def _index_variable(index):
     if isinstance(index, Variable):
         return index
     array = np.asarray(index)
+    if array.size == 0 and isinstance(index, list):
+        array = array.astype(np.int64)  # numpy reads [] as float64; as an index it selects none
     if array.dtype.kind == "b":
-        raise IndexError("boolean mask indexing is not supported; use ops.where")
+        raise IndexingError(None, "boolean mask indexing is not supported",
+                            hint="use ops.where", location=user_location())
     if array.dtype.kind not in "iu":
-        raise IndexError(f"index arrays must hold integers, not {array.dtype}")
+        raise IndexingError(None, "index arrays must hold integers", expected="an integer dtype",
+                            actual=str(array.dtype), location=user_location())
     return Variable(array.astype(np.int64, copy=False))
 
 
 def _expand_ellipsis(items, ndim):
     count = sum(1 for i in items if i is Ellipsis)
     if count > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        raise IndexingError(None, "an index can only have a single ellipsis ('...')",
+                            location=user_location())
     used = sum(1 for i in items if i is not None and i is not Ellipsis)
     if used > ndim:
-        raise IndexError(f"too many indices: {used} for a variable with {ndim} dimensions")
+        raise IndexingError(None, "too many indices", expected=f"at most {ndim} (the variable's "
+                            "dimensions)", actual=str(used), location=user_location())
     if count == 0:
         return list(items) + [slice(None)] * (ndim - used)
     at = next(k for k, i in enumerate(items) if i is Ellipsis)
@@ -61,41 +67,46 @@ def _expand_ellipsis(items, ndim):
 
 
 def _basic(var, items):
-    axes, starts, ends, strides, decrease, new_axes = [], [], [], [], [], []
+    axes, starts, ends, strides, decrease = [], [], [], [], []
     axis = 0
-    for position, item in enumerate(items):
+    for item in items:
         if item is None:
-            new_axes.append(position)
             continue
         if isinstance(item, slice):
             step = 1 if item.step is None else int(item.step)
             if step == 0:
-                raise IndexError("slice step cannot be zero")
+                raise IndexingError(None, "slice step cannot be zero", location=user_location())
             start = item.start if item.start is not None else (0 if step > 0 else -1)
             stop = item.stop if item.stop is not None else (_BIG if step > 0 else -_BIG)
             if (start, stop, step) != (0, _BIG, 1):
                 axes.append(axis), starts.append(int(start)), ends.append(int(stop))
                 strides.append(step)
+        elif isinstance(item, (bool, np.bool_)):
+            raise IndexingError(None, "boolean indices are not supported", hint="use ops.where",
+                                location=user_location())
         elif isinstance(item, (int, np.integer)):
             dim = var.shape[axis]
             if not -dim <= item < dim:
-                raise InputError("slice", f"index {item} is out of bounds for axis {axis}",
-                                 expected=f"-{dim} <= index < {dim}", actual=str(item),
-                                 location=user_location())
+                raise IndexingError(None, f"index {int(item)} is out of bounds for axis {axis} "
+                                    f"of variable '{var.name}' with shape {var.shape}",
+                                    expected=f"an int with -{dim} <= index < {dim}",
+                                    actual=str(int(item)), location=user_location())
             start = int(item) % dim
             axes.append(axis), starts.append(start), ends.append(start + 1), strides.append(1)
             decrease.append(axis)
         else:
-            raise IndexError(f"unsupported index {item!r} ({type(item).__name__})")
+            raise IndexingError(None, f"unsupported index {item!r} ({type(item).__name__})",
+                                hint="use ints, slices, None, ... or one integer array",
+                                location=user_location())
         axis += 1
     out = var
     if axes:
         out = REGISTRY["slice"](var, axes=axes, starts=starts, ends=ends, strides=strides,
                                 decrease_axis=decrease)
-    if new_axes:
+    if any(item is None for item in items):
         # Positions of None in the result: count the dimensions kept before each None.
         kept, positions = 0, []
-        for position, item in enumerate(items):
+        for item in items:
             if item is None:
                 positions.append(kept + len(positions))
             elif not isinstance(item, (int, np.integer)):
