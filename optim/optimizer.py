@@ -1,0 +1,258 @@
+"""The optimizer base: clip, regularize, then record one in-place update op per parameter.
+
+An optimizer is called on a parameter list after backward (``opt(layer.params())``). Following
+Paddle's ``apply_gradients``, it clips the gradients, adds the regularization terms, and records
+one registered update op per parameter that has a gradient (``sgd``, ``adam``, ...), all under
+``no_grad``; then it consumes the gradients. Every parameter's inputs are validated before the
+first update is recorded, so a failure never leaves parameters half-updated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ops.registry import REGISTRY
+from ops.xp import array_module
+from optim.lr_scheduler import LRScheduler
+from optim.regularizer import as_regularizer, regularize
+from tape.errors import AttrError, DTypeError, InputError, ShapeError
+from tape.grad_mode import no_grad
+from tape.tape import get_global_tape, record
+from tape.variable import Variable
+
+
+class ParamState:
+    """One parameter's optimizer state: its update count and its state Variables by op slot."""
+
+    __slots__ = ("param", "step", "vars")
+
+    def __init__(self, param, variables, step=0):
+        self.param, self.vars, self.step = param, variables, step
+
+
+class Optimizer:
+    """Base class. Subclasses set ``op_type`` and ``hyper`` and define ``_slots`` and ``_attrs``.
+
+    Args:
+        lr: the learning rate, a float or an ``optim.lr_scheduler`` schedule.
+        weight_decay: a float (L2, added to the gradient as in PyTorch) or a regularizer
+            (``optim.L1Decay`` / ``optim.L2Decay``).
+        grad_clip: ``optim.ClipGradByValue``, ``ClipGradByNorm`` or ``ClipGradByGlobalNorm``.
+
+    State is created lazily, per parameter (keyed by the Variable itself), as persistable
+    Variables named ``<param>_<slot>`` that never require a gradient.
+    """
+
+    op_type = None
+    hyper = ()  # attribute names saved by state_dict (besides lr and weight_decay)
+
+    def __init__(self, lr, weight_decay=0.0, grad_clip=None):
+        self._lr = lr if isinstance(lr, LRScheduler) else check_hyper(self, "lr", lr)
+        self.regularization = as_regularizer(weight_decay)
+        self.grad_clip = grad_clip
+        self.step_count = 0
+        # Every parameter seen, in first-seen order: its index is its state_dict position.
+        # Holding the parameters keeps their ids unique while they key the dicts below.
+        self._params = []
+        self._position = {}  # id(param) -> position
+        self._state = {}  # id(param) -> ParamState, created at the parameter's first update
+        self._pending = {}  # position -> state loaded before that parameter had state
+        self._lr_vars = {}  # (dtype, array module) -> (rate, Variable)
+
+    # -- what subclasses define ----------------------------------------------------------------
+
+    def _slots(self, param):
+        """State slot -> (shape, dtype, initial value) for ``param`` (op input slot names)."""
+        return {}
+
+    def _attrs(self):
+        """The update op's attributes."""
+        return {}
+
+    def _rate(self, state):
+        """The learning rate for this parameter's next update (Adagrad's lr_decay overrides)."""
+        return self.lr
+
+    # -- the learning rate -----------------------------------------------------------------------
+
+    @property
+    def lr(self):
+        """The current learning rate (the schedule's current value when there is one)."""
+        return self._lr() if isinstance(self._lr, LRScheduler) else self._lr
+
+    @lr.setter
+    def lr(self, value):
+        self._lr = value if isinstance(value, LRScheduler) else check_hyper(self, "lr", value)
+
+    @property
+    def scheduler(self):
+        """The learning-rate schedule, or None for a constant rate."""
+        return self._lr if isinstance(self._lr, LRScheduler) else None
+
+    def _lr_variable(self, param, rate):
+        """A persistable one-value Variable holding ``rate``, reused while the rate is unchanged
+        (so a lazy plan can be reused across steps); a changed rate gets a new Variable, so an
+        update still pending in lazy mode keeps reading its own rate."""
+        xp = array_module(_buffer(param))
+        key = (param.dtype, xp)
+        entry = self._lr_vars.get(key)
+        if entry is None or entry[0] != rate:
+            var = Variable(xp.asarray([rate], dtype=param.dtype), name="learning_rate")
+            var.persistable = True
+            entry = self._lr_vars[key] = (rate, var)
+        return entry[1]
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def __call__(self, params):
+        """Updates every parameter in ``params`` that has a gradient, and consumes the gradients."""
+        params = self._register(params)
+        pairs = [(p, p.grad()) for p in params if p.grad() is not None]
+        if not pairs:
+            return
+        for param, grad in pairs:
+            self._validate(param, grad)
+        states = [self._state_for(param) for param, _ in pairs]
+        defn = REGISTRY[self.op_type]
+        attrs = defn.check_attrs(self._attrs())
+        with no_grad():
+            if self.grad_clip is not None:
+                pairs = self.grad_clip(pairs)
+            pairs = regularize(pairs, self.regularization)
+            for (param, grad), state in zip(pairs, states, strict=True):
+                self._record(defn, attrs, param, grad, state)
+                state.step += 1
+        for param in params:
+            param.clear_grad()
+        self.step_count += 1
+
+    def _register(self, params):
+        """The parameters as a list, each seen once; new ones get the next positions."""
+        params = list(params)
+        seen = set()
+        for param in params:
+            if not isinstance(param, Variable):
+                raise InputError(self.op_type, "optimizers take a list of Variables",
+                                 actual=type(param).__name__)
+            if id(param) in seen:
+                raise InputError(self.op_type, f"parameter '{param.name}' appears twice",
+                                 hint="each parameter is updated once per call")
+            seen.add(id(param))
+        for param in params:
+            if id(param) not in self._position:
+                self._position[id(param)] = len(self._params)
+                self._params.append(param)
+        return params
+
+    def _validate(self, param, grad):
+        name = param.name
+        if param.dtype.kind != "f":
+            raise DTypeError(self.op_type, f"parameter '{name}' is not floating point",
+                             actual=str(param.dtype))
+        if grad.shape != param.shape:
+            raise ShapeError(self.op_type, f"the gradient of parameter '{name}' has the wrong "
+                             "shape", expected=str(param.shape), actual=str(grad.shape))
+        if grad.dtype != param.dtype:
+            raise DTypeError(self.op_type, f"the gradient of parameter '{name}' has the wrong "
+                             "dtype", expected=str(param.dtype), actual=str(grad.dtype))
+        position = self._position[id(param)]
+        if id(param) not in self._state and position in self._pending:
+            check_loaded(self, param, self._pending[position], str(position))
+
+    def _state_for(self, param):
+        state = self._state.get(id(param))
+        if state is None:
+            loaded = self._pending.pop(self._position[id(param)], None)
+            state = self._state[id(param)] = self._new_state(param, loaded)
+        return state
+
+    def _new_state(self, param, loaded=None):
+        """``param``'s state Variables, initial or copied from a loaded entry."""
+        xp = array_module(_buffer(param))
+        variables = {}
+        for slot, (shape, dtype, initial) in self._slots(param).items():
+            value = xp.full(shape, initial, dtype) if loaded is None else \
+                xp.array(loaded[slot], dtype=dtype)
+            var = Variable(value, name=f"{param.name}_{slot}")
+            var.persistable = True
+            variables[slot] = var
+        return ParamState(param, variables, 0 if loaded is None else int(loaded["step"]))
+
+    def _record(self, defn, attrs, param, grad, state):
+        """Records the update op with its outputs bound to its inputs (in place)."""
+        lr = self._lr_variable(param, self._rate(state))
+        values = {"Param": param, "Grad": grad, "LearningRate": lr, **state.vars}
+        args = tuple(values.get(slot) for slot in defn.input_slots)
+        given = []
+        for slot in defn.output_slots:
+            var = values.get(defn.inplace[slot])
+            given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs
+                         else var)
+        record(get_global_tape(), defn, args, attrs, tuple(given))
+
+    # -- state dicts ---------------------------------------------------------------------------
+
+    def state_dict(self, params=None):
+        """Step counts, hyper-parameters and per-parameter state as numpy arrays and plain values.
+
+        Per-parameter state is keyed by position (order of first update: "0", "1", ...), or by
+        name when ``params`` (a layer, a dict name -> Variable, or a list) is given.
+        """
+        from optim.state import state_dict
+
+        return state_dict(self, params)
+
+    def load_state_dict(self, state, params=None):
+        """Restores ``state_dict()``'s result; validates everything before changing anything.
+
+        Raises ``tape.checkpoint.CheckpointError`` naming the entry on any mismatch. State keyed
+        by position binds to parameters by their first-seen order, now or (for parameters not
+        yet seen) at their first update.
+        """
+        self.prepare_load(state, params)()
+
+    def prepare_load(self, state, params=None):
+        """Validates ``state`` as ``load_state_dict`` does; returns a function applying it."""
+        from optim.state import prepare_load
+
+        return prepare_load(self, state, params)
+
+    def __repr__(self):
+        items = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("lr",) + self.hyper)
+        return f"{type(self).__name__}({items})"
+
+
+def _buffer(param):
+    """The parameter's current buffer without running pending lazy work (updates keep it)."""
+    return param._value if param._value is not None else param.value()
+
+
+def check_hyper(optimizer, name, value, check=lambda v: v >= 0.0, rule=None):
+    """A float hyper-parameter passing ``check`` (default: >= 0); AttrError otherwise."""
+    kind = type(optimizer).__name__
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise AttrError(None, f"{kind}: hyper-parameter '{name}' must be a number",
+                        actual=f"{value!r} ({type(value).__name__})", type_error=True)
+    value = float(value)
+    if not check(value):
+        raise AttrError(None, f"{kind}: invalid hyper-parameter '{name}'",
+                        expected=rule or f"{name} >= 0", actual=repr(value))
+    return value
+
+
+def check_loaded(optimizer, param, loaded, key):
+    """A loaded per-parameter entry has every state slot with the parameter's shapes/dtypes."""
+    from tape.checkpoint import CheckpointError
+
+    slots = optimizer._slots(param)
+    names = set(loaded) - {"step", "name"}
+    if names != set(slots):
+        raise CheckpointError(None, f"optimizer state for parameter '{key}' has the wrong slots",
+                              expected=str(sorted(slots)), actual=str(sorted(names)))
+    for slot, (shape, dtype, _) in slots.items():
+        array = loaded[slot]
+        if tuple(array.shape) != tuple(shape) or array.dtype != dtype:
+            raise CheckpointError(None, f"optimizer state '{slot}' of parameter '{key}' does "
+                                  "not match the parameter",
+                                  expected=f"shape {tuple(shape)}, dtype {np.dtype(dtype)}",
+                                  actual=f"shape {tuple(array.shape)}, dtype {array.dtype}")
