@@ -27,6 +27,7 @@ from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from ops.xp import device, gpu_available
 from tape import backward as _backward
 from tape.random_state import seed
+from tape.checkpoint import save, load
 
 
 def backward(loss, grad=None, retain_graph=False, create_graph=False):
@@ -54,5 +55,5 @@ __all__ = [
     "Variable", "Tape", "OpHandle", "get_global_tape", "reset_global_tape", "backward", "grad",
     "no_grad", "enable_grad", "is_grad_enabled", "seed", "device", "gpu_available",
     "FluidError", "ShapeError", "DTypeError", "AttrError", "InputError", "GraphError",
-    "ExecutionError",
+    "ExecutionError", "save", "load",
 ]
