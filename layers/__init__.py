@@ -1,5 +1,20 @@
 """Functions with parameters (the seed's layers): each call appends its ops to the global tape."""
 
+from layers import init
+from layers.activation import (
+    ELU,
+    GELU,
+    LeakyReLU,
+    LogSoftmax,
+    ReLU,
+    Sigmoid,
+    Softmax,
+    Softplus,
+    Tanh,
+)
+from layers.container import Sequential
+from layers.function import Function
 from layers.linear import Linear, Mean
 
-__all__ = ["Linear", "Mean"]
+__all__ = ["Linear", "Mean", "Function", "Sequential", "init", "ReLU", "Tanh", "Sigmoid", "GELU",
+           "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax"]
