@@ -13,8 +13,10 @@ from layers.activation import (
     Tanh,
 )
 from layers.container import Sequential
+from layers.dropout import Dropout
+from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
 
 __all__ = ["Linear", "Mean", "Function", "Sequential", "init", "ReLU", "Tanh", "Sigmoid", "GELU",
-           "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax"]
+           "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "Embedding", "Dropout"]
