@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numbers
 
+from tape.errors import AttrError
+
 
 class WeightDecayRegularizer:
     """Base: ``regularized(param, grad)`` returns ``grad`` plus this penalty's gradient.
@@ -15,7 +17,8 @@ class WeightDecayRegularizer:
 
     def __init__(self, coeff=0.0):
         if isinstance(coeff, bool) or not isinstance(coeff, numbers.Real) or not coeff >= 0:
-            raise ValueError(f"{type(self).__name__}: coeff must be a number >= 0, got {coeff!r}")
+            raise AttrError(None, f"{type(self).__name__}: invalid 'coeff'",
+                            expected="a number >= 0", actual=repr(coeff))
         self.coeff = float(coeff)
 
     def regularized(self, param, grad):
