@@ -46,35 +46,48 @@ def setup_numpy(config, data):
     """The floor: the same cell per step with a hand-written backward through time."""
     w_ih, w_hh, b_ih, b_hh = common.copies(data["params"])
     xs, hidden, batch = list(data["xs"]), config["hidden"], config["batch"]
-    w_ih_t, w_hh_t = w_ih.T, w_hh.T
     zeros = np.zeros((batch, hidden), np.float32)
+    gh_steps = [None] * (len(xs) - 1) + [np.ones((batch, hidden), np.float32)]
 
     def step():
         h, c, bias, saved = zeros, zeros, b_ih + b_hh, []
         for x in xs:
-            z = x @ w_ih_t
-            z += h @ w_hh_t
-            z += bias
-            gates = np.empty_like(z)
-            gates[:, :2 * hidden] = _sigmoid(z[:, :2 * hidden])
-            gates[:, 3 * hidden:] = _sigmoid(z[:, 3 * hidden:])
-            np.tanh(z[:, 2 * hidden:3 * hidden], out=gates[:, 2 * hidden:3 * hidden])
-            i, f, g, o = np.split(gates, 4, axis=1)
-            c_next = f * c + i * g
-            tanh_c = np.tanh(c_next)
-            saved.append((x, h, c, gates, tanh_c))
-            h, c = o * tanh_c, c_next
-        return h.sum(), _backward_numpy(saved, w_hh, hidden)
+            h, c, state = cell_forward(x, h, c, w_ih.T, w_hh.T, bias)
+            saved.append(state)
+        grads, _ = backward_through_time(saved, w_hh, gh_steps)
+        return h.sum(), grads
 
     return step
 
 
-def _backward_numpy(saved, w_hh, hidden):
-    """Backward through time; returns the gradients of (W_ih, W_hh, b_ih, b_hh)."""
+def cell_forward(x, h, c, w_ih_t, w_hh_t, bias):
+    """One LSTM step in numpy; returns (h, c, what backward_through_time needs)."""
+    hidden = h.shape[1]
+    z = x @ w_ih_t
+    z += h @ w_hh_t
+    z += bias
+    gates = np.empty_like(z)
+    gates[:, :2 * hidden] = _sigmoid(z[:, :2 * hidden])
+    gates[:, 3 * hidden:] = _sigmoid(z[:, 3 * hidden:])
+    np.tanh(z[:, 2 * hidden:3 * hidden], out=gates[:, 2 * hidden:3 * hidden])
+    i, f, g, o = np.split(gates, 4, axis=1)
+    c_next = f * c + i * g
+    tanh_c = np.tanh(c_next)
+    return o * tanh_c, c_next, (x, h, c, gates, tanh_c)
+
+
+def backward_through_time(saved, w_hh, gh_steps, w_ih=None):
+    """Backward over the steps ``cell_forward`` saved, given dLoss/dh_t from outside the
+    recurrence (``gh_steps[t]``, None for none). Returns the gradients of (W_ih, W_hh, b_ih,
+    b_hh) and, when ``w_ih`` is given, the list of dLoss/dx_t (else None)."""
+    hidden = w_hh.shape[1]
     gw_ih, gw_hh = np.zeros((4 * hidden, saved[0][0].shape[1]), np.float32), np.zeros_like(w_hh)
-    gb = np.zeros(4 * hidden, np.float32)
-    gh, gc = np.ones_like(saved[0][1]), np.zeros_like(saved[0][1])
-    for x, h_prev, c_prev, gates, tanh_c in reversed(saved):
+    gb, gxs = np.zeros(4 * hidden, np.float32), []
+    gh, gc = np.zeros_like(saved[0][1]), np.zeros_like(saved[0][1])
+    for (x, h_prev, c_prev, gates, tanh_c), gh_out in zip(reversed(saved), reversed(gh_steps),
+                                                          strict=True):
+        if gh_out is not None:
+            gh = gh + gh_out
         i, f, g, o = np.split(gates, 4, axis=1)
         gc = gc + gh * o * (1.0 - tanh_c * tanh_c)
         gz = np.empty_like(gates)
@@ -87,27 +100,25 @@ def _backward_numpy(saved, w_hh, hidden):
         gw_hh += gz.T @ h_prev
         gb += gz.sum(0)
         gh = gz @ w_hh
-    return [gw_ih, gw_hh, gb, gb.copy()]
+        if w_ih is not None:
+            gxs.append(gz @ w_ih)
+    return [gw_ih, gw_hh, gb, gb.copy()], (gxs[::-1] if w_ih is not None else None)
 
 
 def setup_fluidtape(config, data):
-    """fluidtape with ops (matmul, split, sigmoid, tanh) until layers.LSTMCell lands."""
-    tape, ops, _, _ = common.fluidtape(["matmul", "split", "sigmoid", "tanh"])
-    values = common.copies(data["params"])
-    w_ih, w_hh, b_ih, b_hh = (tape.Variable(v, requires_grad=True) for v in values)
+    tape, _, layers, _ = common.fluidtape(layer_names=["LSTMCell"])
+    cell = layers.LSTMCell(config["input"], config["hidden"])
+    params = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+    for param, value in zip(params, common.copies(data["params"]), strict=True):
+        param.set_value(value)
     xs = [tape.Variable(x) for x in data["xs"].copy()]
     zeros = tape.Variable(np.zeros((config["batch"], config["hidden"]), np.float32))
-    params = [w_ih, w_hh, b_ih, b_hh]
-    flags = {"transpose_y": True}
 
     def step():
         tape.reset_global_tape()
         h, c = zeros, zeros
         for x in xs:
-            z = ops.matmul(x, w_ih, **flags) + ops.matmul(h, w_hh, **flags) + b_ih + b_hh
-            i, f, g, o = ops.split(z, num=4, axis=1)
-            c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(g)
-            h = ops.sigmoid(o) * ops.tanh(c)
+            h, c = cell(x, (h, c))
         loss = h.sum()
         for param in params:
             param.clear_grad()

@@ -31,8 +31,10 @@ def rows(workload, config, measurements):
 
 
 def _target(workload, measurement, medians):
+    if workload.TARGET is None or not measurement.name.startswith("fluidtape"):
+        return ""
     peer, limit = workload.TARGET
-    if not measurement.name.startswith("fluidtape") or peer not in medians:
+    if peer not in medians:
         return ""
     ratio = measurement.median / medians[peer]
     verdict = "met" if ratio <= limit else "MISSED"
