@@ -1,0 +1,215 @@
+"""The static API (seed: Executor): run a Program with feeds and fetches; save and load inference
+programs.
+
+``Executor(place).run(program, feed={name: array}, fetch_list=[...])`` adds a ``feed`` op per fed
+name and a ``fetch`` op per fetched variable, prunes to the fetches (and to ops given as targets),
+schedules with the passes of ``tape.passes`` and runs. The compiled plan is cached by the
+program's structural hash plus the feed and fetch names, so running the same program again skips
+the analysis. Parameters come from ``scope`` (name -> array) or, for a program built from a tape,
+from the Variables it was recorded with; in-place updates (optimizer ops) write them back.
+
+    >>> import numpy as np, tape, ops
+    >>> t = tape.Tape(lazy=True)
+    >>> x = tape.Variable(np.zeros((2, 2), np.float32), name="x")
+    >>> y = t.add_op("relu", {"X": [x]})
+    >>> y.name = "y"
+    >>> program = tape.Program.from_tape(t)
+    >>> tape.Executor().run(program, feed={"x": -np.eye(2, dtype=np.float32) + 1},
+    ...                     fetch_list=["y"])[0]
+    array([[0., 1.],
+           [1., 0.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from ops.xp import module_for, to_numpy
+from tape.errors import GraphError, InputError
+from tape.ir import Block, OpDesc, Program, VarDesc, canonical_form
+from tape.passes import execute, pipeline
+from tape.passes.plan import CACHE, stand_ins
+from tape.variable import Variable
+
+
+class Executor:
+    """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads."""
+
+    def __init__(self, place="cpu", threads=0, cache=None):
+        self.place, self.xp, self.threads = place, module_for(place), int(threads)
+        self.cache = CACHE if cache is None else cache
+
+    def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
+        """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
+        OpDescs, indices or names) need; returns the fetched values in order."""
+        feed = dict(feed or {})
+        compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
+        slot_of = {name: i for i, name in enumerate(order)}
+        vals = [None] * compiled.slots
+        for slot in compiled.inputs:
+            vals[slot] = self._value(order[slot], full, program, feed, scope)
+        for slot, array in stand_ins(compiled):
+            vals[slot] = array
+        execute.run(compiled, vals, self.threads)
+        self._write_back(compiled, full, order, vals, program, scope)
+        fetched = [vals[slot_of[f"fetch@{name}"]] for name in _fetch_names(program, fetch_list)]
+        return [to_numpy(v) for v in fetched] if return_numpy else fetched
+
+    def explain(self, program, feed=(), fetch_list=(), targets=()) -> str:
+        """What ``run`` would do: ops kept, reduced dependency edges, where variables are freed."""
+        compiled, _, _ = self._compile(program, list(feed), fetch_list, targets)
+        return pipeline.explain(compiled, self.cache)
+
+    def _compile(self, program, feed_names, fetch_list, targets):
+        fetch_names = _fetch_names(program, fetch_list)
+        op_targets = _op_targets(program, list(targets) + [f for f in fetch_list
+                                                           if isinstance(f, OpDesc)])
+        full = with_feed_fetch(program, feed_names, fetch_names, op_targets)
+        form, order = canonical_form(full.global_block())
+        key = ("executor", json.dumps(form, default=repr), tuple(feed_names), tuple(fetch_names),
+               self.place)
+        compiled = self.cache.get(key)
+        if compiled is None:
+            keep = [f"fetch@{name}" for name in fetch_names]
+            compiled = pipeline.schedule(pipeline.analyse(full), keep,
+                                         {name: i for i, name in enumerate(order)}, len(order),
+                                         self.xp)
+            self.cache.put(key, compiled)
+        return compiled, full, order
+
+    def _value(self, name, full, program, feed, scope):
+        desc = full.global_block().vars[name]
+        if name.startswith("feed@"):
+            value = self.xp.asarray(feed[name[5:]], dtype=desc.dtype)
+            if tuple(value.shape) != tuple(desc.shape):
+                raise InputError("feed", f"fed value for '{name[5:]}' has the wrong shape",
+                                 expected=str(tuple(desc.shape)), actual=str(value.shape))
+            return value
+        if scope is not None and name in scope:
+            return scope[name]
+        bound = program.bindings.get(name)
+        if bound is not None:
+            return bound.value()
+        raise GraphError(None, f"variable '{name}' has no value",
+                         hint="feed it, or pass a scope holding it (a parameter)")
+
+    def _write_back(self, compiled, full, order, vals, program, scope):
+        block = full.global_block()
+        for slot in compiled.produced:
+            name = order[slot]
+            if not block.vars[name].persistable:
+                continue
+            if scope is not None:
+                scope[name] = vals[slot]
+            bound = program.bindings.get(name)
+            if bound is not None:
+                bound._value, bound._pending = vals[slot], None
+
+
+def _fetch_names(program, fetch_list):
+    names = []
+    for item in fetch_list:
+        if isinstance(item, OpDesc):
+            continue
+        names.append(program.name_of(item) if isinstance(item, Variable) else str(item))
+    return names
+
+
+def _op_targets(program, targets):
+    ops = program.global_block().ops
+    indices = []
+    for target in targets:
+        if isinstance(target, int):
+            found = target if 0 <= target < len(ops) else None
+        else:
+            found = next((i for i, op in enumerate(ops) if op is target or op.name == target),
+                         None)
+        if found is None:
+            raise GraphError(None, f"target {target!r} is not an op of this program")
+        indices.append(found)
+    return indices
+
+
+def with_feed_fetch(program, feed_names, fetch_names, op_targets=()) -> Program:
+    """A copy of ``program`` with a feed op per fed name (holder ``feed@name``) in front and a
+    fetch op per fetched name (holder ``fetch@name``, a target) at the end; feed and fetch ops
+    already present (as in a saved inference program) are reused."""
+    block = program.global_block()
+    variables, ops = dict(block.vars), list(block.ops)
+    for index in op_targets:
+        ops[index] = dataclasses.replace(ops[index], is_target=True)
+    present = {op.outputs["Out"][0] for op in ops if op.type == "feed"}
+    writers = {name: op for op in ops if op.type != "feed" for name in op.output_names()}
+    feeds = []
+    for name in feed_names:
+        if name not in variables:
+            raise InputError("feed", f"the program has no variable '{name}' to feed")
+        if name in writers:
+            raise InputError("feed", f"cannot feed '{name}': op '{writers[name].name}' computes "
+                             "it", hint="feed the program's inputs")
+        if name not in present:
+            var = variables[name]
+            variables[f"feed@{name}"] = VarDesc(f"feed@{name}", var.shape, var.dtype)
+            feeds.append(OpDesc("feed", {"X": [f"feed@{name}"]}, {"Out": [name]}, {"name": name},
+                                name=f"feed_{name}"))
+    for name in fetch_names:
+        if name not in variables:
+            raise GraphError("fetch", f"the program has no variable '{name}' to fetch")
+        existing = next((i for i, op in enumerate(ops) if op.type == "fetch" and
+                         op.inputs["X"] == [name]), None)
+        if existing is not None:
+            ops[existing] = dataclasses.replace(ops[existing], is_target=True)
+            continue
+        var = variables[name]
+        variables[f"fetch@{name}"] = VarDesc(f"fetch@{name}", var.shape, var.dtype)
+        ops.append(OpDesc("fetch", {"X": [name]}, {"Out": [f"fetch@{name}"]}, {"name": name},
+                          True, f"fetch_{name}"))
+    return Program([Block(variables, feeds + ops, block.idx)] + program.blocks[1:],
+                   program.bindings)
+
+
+def save_inference_program(dirname, program, feed_names, fetch_list, scope=None):
+    """Writes ``program`` pruned to ``fetch_list`` (with its feed and fetch ops) to
+    ``dirname/program.json`` and the values it reads besides the feeds to ``dirname/params.npz``.
+    """
+    from tape.passes.prune import prune
+
+    fetch_names = _fetch_names(program, fetch_list)
+    full = with_feed_fetch(program, list(feed_names), fetch_names)
+    block = full.global_block()
+    block.ops = [dataclasses.replace(op, is_target=op.type == "fetch") for op in block.ops]
+    pruned = prune(full).program
+    pruned.global_block().ops = [dataclasses.replace(op, is_target=False, location=None)
+                                 for op in pruned.global_block().ops]
+    written = {n for op in pruned.global_block().ops for n in op.output_names()}
+    needed = [n for op in pruned.global_block().ops for n in op.input_names()
+              if n not in written and not n.startswith("feed@")]
+    executor = Executor()
+    params = {n: to_numpy(executor._value(n, full, program, {}, scope)) for n in
+              dict.fromkeys(needed)}
+    os.makedirs(dirname, exist_ok=True)
+    with open(os.path.join(dirname, "program.json"), "w") as handle:
+        handle.write(pruned.to_text())
+    arrays = {str(i): value for i, value in enumerate(params.values())}
+    with open(os.path.join(dirname, "params.npz"), "wb") as handle:
+        np.savez(handle, names=np.array(list(params), dtype=str), **arrays)
+
+
+def load_inference_program(dirname):
+    """(program, feed names, fetch names, scope) from ``save_inference_program``'s files; run it
+    with ``Executor().run(program, feed, fetch_names, scope=scope)``."""
+    with open(os.path.join(dirname, "program.json")) as handle:
+        program = Program.from_text(handle.read())
+    with np.load(os.path.join(dirname, "params.npz"), allow_pickle=False) as data:
+        scope = {str(name): data[str(i)] for i, name in enumerate(data["names"])}
+    ops = program.global_block().ops
+    feeds = [op.outputs["Out"][0] for op in ops if op.type == "feed"]
+    fetches = [op.inputs["X"][0] for op in ops if op.type == "fetch"]
+    return program, feeds, fetches, scope
+
+
+__all__ = ["Executor", "with_feed_fetch", "save_inference_program", "load_inference_program"]

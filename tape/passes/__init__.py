@@ -1,0 +1,1 @@
+"""The scheduler's passes over the IR, one module each; ``pipeline`` states their order."""

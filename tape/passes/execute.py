@@ -1,0 +1,162 @@
+"""Execute a Plan over a list of value slots: in program order, or on a thread pool.
+
+The thread pool follows the seed's standalone executor: an op is ready when its count of
+unfinished predecessors reaches zero; when one finishes, its successors' counts drop and the
+reference counts of the variables it last used drop, freeing each at zero. numpy releases the GIL
+inside its kernels, so independent large ops overlap. All bookkeeping happens on the calling
+thread (workers only run kernels), so no count is ever updated concurrently. Both ways compute
+the same values: each op reads exactly the buffers program order would give it.
+
+A failing op stops the run: no new op starts, running ones finish, and an ExecutionError names
+the op and where it was recorded; its ``completed`` attribute lists the instructions that ran.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+
+import numpy as np
+
+from ops.registry import REGISTRY
+from tape.errors import ExecutionError, FluidError
+from tape.passes.plan import FAST, SINGLE
+
+_NDARRAY = np.ndarray
+
+
+def run(plan, vals, threads=0):
+    """Runs ``plan`` on ``vals`` (a list with one entry per slot, inputs filled in)."""
+    if threads > 1 and len(plan.instructions) > 1:
+        run_threaded(plan, vals, threads)
+    else:
+        run_sequential(plan, vals)
+
+
+def run_sequential(plan, vals):
+    """Runs the instructions in program order, freeing each variable after its last user."""
+    xp = plan.xp
+    index = 0
+    try:
+        for kind, kernel, attrs, ins, out, free in plan.instructions:
+            if kind == FAST:
+                result = kernel(xp, attrs, *[vals[s] for s in ins])
+                vals[out] = result if result.__class__ is _NDARRAY or xp is not np \
+                    else np.asarray(result)
+            else:
+                _general(xp, kind, kernel, attrs, ins, out, vals)
+            for s in free:
+                vals[s] = None
+            index += 1
+    except Exception as err:
+        raise _failure(plan, index, err, range(index)) from err
+
+
+def _general(xp, kind, kernel, attrs, ins, out, vals):
+    args = [None if s is None else vals[s] if s.__class__ is int else [vals[i] for i in s]
+            for s in ins]
+    results = kernel(xp, attrs, *args)
+    if kind == SINGLE:
+        results = (results,)
+    for spec, result in zip(out, results, strict=True):
+        if spec is None:
+            continue
+        if spec.__class__ is int:
+            vals[spec] = _array(xp, result)
+        else:
+            for s, r in zip(spec, result, strict=True):
+                vals[s] = _array(xp, r)
+
+
+def _array(xp, value):
+    return value if value.__class__ is _NDARRAY or xp is not np else np.asarray(value)
+
+
+def _run_one(plan, index, vals):
+    kind, kernel, attrs, ins, out, _ = plan.instructions[index]
+    if kind == FAST:
+        vals[out] = _array(plan.xp, kernel(plan.xp, attrs, *[vals[s] for s in ins]))
+    else:
+        _general(plan.xp, kind, kernel, attrs, ins, out, vals)
+
+
+_pools = {}
+
+
+def _pool(workers):
+    pool = _pools.get(workers)
+    if pool is None:
+        pool = _pools[workers] = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix="fluidtape-executor")
+    return pool
+
+
+def run_threaded(plan, vals, workers):
+    """Runs ready instructions on ``workers`` threads, driven by dependency counts."""
+    counts, refs = list(plan.dependency_count), list(plan.refcount)
+    done, pool = queue.SimpleQueue(), _pool(workers)
+
+    def task(index):
+        try:
+            _run_one(plan, index, vals)
+            done.put((index, None))
+        except BaseException as err:  # reported to the calling thread, which re-raises
+            done.put((index, err))
+
+    running, failed, finished = 0, None, []
+    for index, count in enumerate(counts):
+        if count == 0:
+            pool.submit(task, index)
+            running += 1
+    while running:
+        index, err = done.get()
+        running -= 1
+        if err is not None:
+            failed = failed or (index, err)
+            continue
+        finished.append(index)
+        for s in plan.gc_after[index]:
+            refs[s] -= 1
+            if refs[s] == 0:
+                vals[s] = None
+        if failed is None:
+            for successor in plan.successors[index]:
+                counts[successor] -= 1
+                if counts[successor] == 0:
+                    pool.submit(task, successor)
+                    running += 1
+    if failed is not None:
+        raise _failure(plan, failed[0], failed[1], finished) from failed[1]
+
+
+def _failure(plan, index, err, completed):
+    op_type, name, location = plan.meta[index]
+    if isinstance(err, FluidError):
+        failure = err.with_context(name=name, location=location, op=op_type)
+    else:
+        failure = ExecutionError(op_type, f"kernel failed: {type(err).__name__}: {err}",
+                                 name=name, location=location)
+    failure.completed = tuple(completed)
+    return failure
+
+
+def run_reference(block, values):
+    """Runs ``block``'s ops in program order the way eager mode would, with no freeing and no
+    plan: the oracle the validation flag and the tests compare against. ``values`` maps names to
+    arrays and receives every output."""
+    from tape.tape import run_kernel
+
+    for op in block.ops:
+        defn = REGISTRY[op.type]
+        args = [None if s not in op.inputs else
+                ([values[n] for n in op.inputs[s]] if s in defn.duplicable_inputs
+                 else values[op.inputs[s][0]]) for s in defn.input_slots]
+        for slot, result in zip(defn.output_slots, run_kernel(defn, op.attrs, args), strict=True):
+            names = op.outputs.get(slot, ())
+            for name, value in zip(names, result if isinstance(result, list) else [result],
+                                   strict=False):
+                values[name] = value
+    return values
+
+
+__all__ = ["run", "run_sequential", "run_threaded", "run_reference"]
