@@ -17,7 +17,7 @@ import tape  # noqa: F401  (the engine loads first, whichever package the user i
 from ops import registry
 from ops.registry import REGISTRY, OpDef, lookup, register
 from ops import elementwise, unary, compare, reduce, matmul, shape, nn, fill, random  # noqa: F401
-from ops import conv, pool, norm, embedding, optimizer  # noqa: F401
+from ops import conv, pool, norm, embedding, optimizer, io  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 

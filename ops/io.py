@@ -55,7 +55,7 @@ def _infer_save(attrs, xs):
 @register("save", inputs=("X*",), outputs=(), attrs={
     "path": Attr("str", required=True),
     "names": Attr("any", None, check=_names_ok, rule="None or a list of non-empty strings"),
-}, infer=_infer_save, differentiable=False, side_effect=True, returns=lambda results: None)
+}, infer=_infer_save, differentiable=False, side_effect=True)
 def save(xp, attrs, xs):
     """Writes X[i] to the .npz file ``path`` under ``names[i]`` (default "0", "1", ...).
 

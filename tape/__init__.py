@@ -28,6 +28,9 @@ from ops.xp import device, gpu_available
 from tape import backward as _backward
 from tape.random_state import seed
 from tape.checkpoint import save, load
+from tape.ir import Program, Block, OpDesc, VarDesc
+from tape.executor import Executor, save_inference_program, load_inference_program
+from tape.lazy import lazy, explain
 
 
 def backward(loss, grad=None, retain_graph=False, create_graph=False):
@@ -55,5 +58,6 @@ __all__ = [
     "Variable", "Tape", "OpHandle", "get_global_tape", "reset_global_tape", "backward", "grad",
     "no_grad", "enable_grad", "is_grad_enabled", "seed", "device", "gpu_available",
     "FluidError", "ShapeError", "DTypeError", "AttrError", "InputError", "GraphError",
-    "ExecutionError", "save", "load",
+    "ExecutionError", "save", "load", "lazy", "explain", "Program", "Block", "OpDesc",
+    "VarDesc", "Executor", "save_inference_program", "load_inference_program",
 ]

@@ -76,7 +76,10 @@ def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
 def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wanted=None):
     """Runs the reverse scan; returns {id: (leaf, grad)} and fills ``wanted`` {id: grad}."""
     _check_loss(loss)
-    release = not (retain_graph or create_graph or tape.lazy)
+    release = not (retain_graph or create_graph)
+    # A lazy tape keeps the op itself (it has not run yet) but marks its outputs released, so
+    # the scheduler knows no later gradient will read the forward buffers it holds.
+    drop = release and not tape.lazy
     ops = tape._ops
     leaves = {}
     with _mode(tape, create_graph):
@@ -105,7 +108,7 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
                         var._released = True
             if op.defn.grad_maker is not None:
                 _run_grad_maker(op, gouts, pending)
-            if release:
+            if drop:
                 ops[index] = None
         for item in pending.values():
             var, g = item[0], _total(item)

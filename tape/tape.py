@@ -90,6 +90,7 @@ class Tape:
 
     def __init__(self, lazy=False, record_all=False):
         self._ops = []
+        self._pending_ops = []  # ops recorded lazily that have not run yet (tape.lazy runs them)
         self.lazy = lazy
         self.record_all = record_all or lazy
 
@@ -129,9 +130,9 @@ class Tape:
 
     def realize(self, variables):
         """Computes ``variables`` by running the pending ops they need (lazy mode)."""
-        from tape import lazy as lazy_mode
+        from tape.lazy import realize  # the module (``tape.lazy`` itself is the context manager)
 
-        lazy_mode.realize(self, variables)
+        realize(self, variables)
 
     def backward(self, loss, grad=None, retain_graph=False, create_graph=False):
         """Computes gradients of ``loss`` and accumulates them into the leaves (see tape.backward)."""
@@ -201,7 +202,15 @@ def get_global_tape() -> Tape:
 
 
 def reset_global_tape() -> Tape:
-    """Starts a fresh global tape for this thread (call once per iteration, as in DyNet)."""
+    """Starts a fresh global tape for this thread (call once per iteration, as in DyNet).
+
+    A lazy tape being replaced first runs its pending side effects (optimizer updates, saves).
+    """
+    old = state.tape
+    if old is not None and old._pending_ops:
+        from tape.lazy import flush
+
+        flush(old)
     state.tape = Tape(lazy=state.lazy)
     return state.tape
 
@@ -304,8 +313,11 @@ def record(tape, defn, args, attrs, given=None):
             raise _kernel_error(defn, tape, err) from err
     results = _outputs(defn, descs, values, grad, given, args, tape)
     if grad or tape.record_all:
-        location = user_location() if tape.lazy else None
-        tape._ops.append(OpHandle(defn, args, results, attrs, location, len(tape._ops)))
+        op = OpHandle(defn, args, results, attrs, None, len(tape._ops))
+        tape._ops.append(op)
+        if tape.lazy:
+            op.location = user_location()
+            tape._pending_ops.append(op)
     if defn.single_output:
         return results[0]
     if defn.returns is not None:
