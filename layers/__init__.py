@@ -13,10 +13,15 @@ from layers.activation import (
     Tanh,
 )
 from layers.container import Sequential
+from layers.conv import Conv2D
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
+from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
+from layers.pool import AvgPool2D, MaxPool2D
 
 __all__ = ["Linear", "Mean", "Function", "Sequential", "init", "ReLU", "Tanh", "Sigmoid", "GELU",
            "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "Embedding", "Dropout"]
+__all__ += ["Conv2D", "MaxPool2D", "AvgPool2D", "BatchNorm", "BatchNorm1d", "BatchNorm2d",
+            "LayerNorm"]
