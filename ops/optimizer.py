@@ -9,6 +9,10 @@ they touch a tensor, so float32 parameters stay float32. Kernels reuse one tempo
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ops.registry import Attr, register
 from tape.errors import DTypeError, InputError, ShapeError
 
@@ -50,8 +54,12 @@ def check_update(param, grad, lr, states=(), scalars=()):
     return (described,) * (1 + len(states)) + tuple((v.shape, v.dtype) for _, v in scalars)
 
 
-def scalar(value, like):
-    """A one-value input as a 0-d array of ``like``'s dtype (weak-typed against ``like``)."""
+def scalar(xp, value, like):
+    """A one-value input ready to scale ``like``: a Python float on the CPU (0-d numpy
+    arithmetic costs microseconds per op, and a Python float is weakly typed, so float32 stays
+    float32); on the GPU a 0-d array of ``like``'s dtype (reading it would synchronise)."""
+    if xp is np:
+        return value.item()
     return value.reshape(()).astype(like.dtype, copy=False)
 
 
@@ -71,7 +79,7 @@ def _infer_sgd(attrs, param, grad, lr):
           infer=_infer_sgd, inplace={"ParamOut": "Param"}, **_UPDATE)
 def sgd(xp, attrs, param, grad, lr):
     """ParamOut = Param - LearningRate * Grad, written into Param's buffer (no gradient)."""
-    step = xp.multiply(grad, scalar(lr, param))
+    step = xp.multiply(grad, scalar(xp, lr, param))
     return xp.subtract(param, step, out=param)
 
 
@@ -91,7 +99,7 @@ def momentum(xp, attrs, param, grad, velocity, lr):
     ParamOut = Param - LearningRate * (Grad + mu * VelocityOut) with use_nesterov,
     ParamOut = Param - LearningRate * VelocityOut without.
     """
-    mu, rate = attrs["mu"], scalar(lr, param)
+    mu, rate = attrs["mu"], scalar(xp, lr, param)
     velocity *= mu
     velocity += grad
     if attrs["use_nesterov"]:
@@ -117,13 +125,19 @@ def _infer_adam(attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
                         [("Beta1Pow", beta1_pow), ("Beta2Pow", beta2_pow)])
 
 
+def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
+    """(lr / (1 - beta1**t), sqrt(1 - beta2**t)) in the accumulators' precision (float64 from
+    the optimizer, as PyTorch computes them in double from its integer step count)."""
+    if xp is np:
+        return lr.item() / (1.0 - beta1_pow.item()), math.sqrt(1.0 - beta2_pow.item())
+    rate = lr.reshape(()).astype(beta1_pow.dtype)
+    step_size = (rate / (1.0 - beta1_pow.reshape(()))).astype(param.dtype)
+    return step_size, xp.sqrt(1.0 - beta2_pow.reshape(())).astype(param.dtype)
+
+
 def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
-    # Bias corrections in the accumulators' own (usually float64) precision, as PyTorch
-    # computes them from its integer step count in double.
-    rate = lr.reshape(()).astype(beta1_pow.dtype)
-    step_size = scalar(rate / (1.0 - beta1_pow.reshape(())), param)
-    correction2 = scalar(xp.sqrt(1.0 - beta2_pow.reshape(())), param)
+    step_size, correction2 = _bias_corrected(xp, param, lr, beta1_pow, beta2_pow)
     work = xp.subtract(grad, moment1)
     work *= 1.0 - beta1
     moment1 += work  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
@@ -165,8 +179,7 @@ def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
 
     Param = Param * (1 - LearningRate * coeff), then the ``adam`` update with the same slots.
     """
-    rate = lr.reshape(()).astype(beta1_pow.dtype)
-    param *= scalar(1.0 - rate * attrs["coeff"], param)
+    param *= 1.0 - scalar(xp, lr, param) * attrs["coeff"]
     return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
 
 
@@ -223,9 +236,9 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     if moment is not None:
         moment *= attrs["momentum"]
         moment += work
-        xp.multiply(moment, scalar(lr, param), out=work)
+        xp.multiply(moment, scalar(xp, lr, param), out=work)
     else:
-        work *= scalar(lr, param)
+        work *= scalar(xp, lr, param)
     param -= work
     return (param, mean_square, [moment] if moment is not None else [],
             [mean_grad] if mean_grad is not None else [])
@@ -250,6 +263,6 @@ def adagrad(xp, attrs, param, grad, moment, lr):
     xp.sqrt(moment, out=work)
     work += attrs["epsilon"]
     xp.divide(grad, work, out=work)
-    work *= scalar(lr, param)
+    work *= scalar(xp, lr, param)
     param -= work
     return param, moment

@@ -24,10 +24,11 @@ from tape.variable import Variable
 class ParamState:
     """One parameter's optimizer state: its update count and its state Variables by op slot."""
 
-    __slots__ = ("param", "step", "vars")
+    __slots__ = ("param", "step", "vars", "plan")
 
     def __init__(self, param, variables, step=0):
         self.param, self.vars, self.step = param, variables, step
+        self.plan = None  # the update op's argument layout, built at the first update
 
 
 class Optimizer:
@@ -163,7 +164,12 @@ class Optimizer:
         state = self._state.get(id(param))
         if state is None:
             loaded = self._pending.pop(self._position[id(param)], None)
-            state = self._state[id(param)] = self._new_state(param, loaded)
+            return self._state.setdefault(id(param), self._new_state(param, loaded))
+        slots = self._slots(param)
+        if slots.keys() != state.vars.keys():  # a hyper-parameter change added or dropped one
+            fresh = self._new_state(param).vars
+            state.vars = {slot: state.vars.get(slot, fresh[slot]) for slot in slots}
+            state.plan = None
         return state
 
     def _new_state(self, param, loaded=None):
@@ -180,15 +186,14 @@ class Optimizer:
 
     def _record(self, defn, attrs, param, grad, state):
         """Records the update op with its outputs bound to its inputs (in place)."""
-        lr = self._lr_variable(param, self._rate(state))
-        values = {"Param": param, "Grad": grad, "LearningRate": lr, **state.vars}
-        args = tuple(values.get(slot) for slot in defn.input_slots)
-        given = []
-        for slot in defn.output_slots:
-            var = values.get(defn.inplace[slot])
-            given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs
-                         else var)
-        record(get_global_tape(), defn, args, attrs, tuple(given))
+        plan = state.plan
+        if plan is None or plan[0] is not defn:
+            plan = state.plan = _plan(defn, param, state)
+        _, args, grad_at, lr_at, given = plan
+        args = list(args)
+        args[grad_at] = grad
+        args[lr_at] = self._lr_variable(param, self._rate(state))
+        record(get_global_tape(), defn, tuple(args), attrs, given)
 
     # -- state dicts ---------------------------------------------------------------------------
 
@@ -220,6 +225,21 @@ class Optimizer:
     def __repr__(self):
         items = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("lr",) + self.hyper)
         return f"{type(self).__name__}({items})"
+
+
+def _plan(defn, param, state):
+    """The update op's inputs with the fixed ones (Param, state) in place, where Grad and
+    LearningRate go, and its outputs: each the input it updates (Paddle's dispensable outputs
+    are lists of zero or one Variable)."""
+    values = {"Param": param, **state.vars}
+    args = [values.get(slot) for slot in defn.input_slots]
+    given = []
+    for slot in defn.output_slots:
+        var = values.get(defn.inplace[slot])
+        given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs
+                     else var)
+    slots = defn.input_slots
+    return defn, args, slots.index("Grad"), slots.index("LearningRate"), tuple(given)
 
 
 def _buffer(param):

@@ -154,3 +154,19 @@ def test_clipping_operates_on_gradients_only():
     np.testing.assert_array_equal(a.grad().numpy(), grad_a)  # the stored gradient is kept
     total = np.sqrt(sum(np.sum(g.numpy() ** 2) for _, g in pairs))
     assert total == pytest.approx(0.1, rel=1e-5)
+
+
+def test_state_follows_hyper_parameter_changes():
+    """Turning momentum on later creates the velocity then (PyTorch creates buffers lazily)."""
+    def slots(opt):
+        return sorted(set(opt.state_dict()["state"]["0"]) - {"step", "name"})
+
+    a, b, _ = trained_params()
+    opt = optim.RMSProp(lr=0.01)
+    opt([a, b])
+    assert slots(opt) == ["MeanSquare"]
+    opt.momentum, opt.centered = 0.9, True
+    tape.reset_global_tape()
+    tape.backward((a * a).sum() + (b * 3.0).sum())
+    opt([a, b])
+    assert slots(opt) == ["MeanGrad", "MeanSquare", "Moment"]
