@@ -1,0 +1,163 @@
+"""Recurrent cells: LSTMCell and GRUCell, one time step per call, PyTorch's equations and layout.
+
+Parameters follow PyTorch (``weight_ih`` (G*H, input_size), ``weight_hh`` (G*H, H), ``bias_ih``
+and ``bias_hh`` (G*H,), gate blocks stacked along the first axis), so a PyTorch state dict loads
+as it is. A step computes all gates with one matmul per input and cuts them apart with one
+``split`` op: few ops per step, which is what an unrolled Python loop pays for.
+"""
+
+from __future__ import annotations
+
+import math
+
+from layers import init
+from layers.function import Function
+from ops.registry import REGISTRY
+from ops.xp import array_module, default_module
+from tape.errors import ShapeError, user_location
+from tape.tape import apply
+from tape.variable import Variable
+
+_MATMUL = REGISTRY["matmul"]
+_ADD = REGISTRY["elementwise_add"]
+_SUB = REGISTRY["elementwise_sub"]
+_MUL = REGISTRY["elementwise_mul"]
+_SPLIT = REGISTRY["split"]
+_SIGMOID = REGISTRY["sigmoid"]
+_TANH = REGISTRY["tanh"]
+_TRANSPOSE_Y = _MATMUL.check_attrs({"transpose_y": True})
+_NUMPY = _ADD.check_attrs({"axis": -1})
+
+
+class _Cell(Function):
+    """Shared parameters and checks of the cells; ``gates`` is 4 (LSTM) or 3 (GRU)."""
+
+    gates = 0
+
+    def __init__(self, input_size, hidden_size, bias=True, dtype="float32"):
+        super().__init__()
+        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        width = self.gates * self.hidden_size
+        # PyTorch: every parameter U(-1/sqrt(hidden), 1/sqrt(hidden)).
+        bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
+        uniform = init.uniform(-bound, bound)
+        self.weight_ih = self.create_parameter((width, self.input_size), uniform, dtype,
+                                               name="weight_ih")
+        self.weight_hh = self.create_parameter((width, self.hidden_size), uniform, dtype,
+                                               name="weight_hh")
+        self.bias_ih = self.bias_hh = None
+        if bias:
+            self.bias_ih = self.create_parameter((width,), uniform, dtype, name="bias_ih")
+            self.bias_hh = self.create_parameter((width,), uniform, dtype, name="bias_hh")
+        self._split = _SPLIT.check_attrs({"num": self.gates, "axis": -1})
+
+    def _projections(self, x, h):
+        """(x @ weight_ih^T + bias_ih, h @ weight_hh^T + bias_hh)."""
+        gi = apply(_MATMUL, (x, self.weight_ih), _TRANSPOSE_Y)
+        gh = apply(_MATMUL, (h, self.weight_hh), _TRANSPOSE_Y)
+        if self.bias_ih is not None:
+            gi = apply(_ADD, (gi, self.bias_ih), _NUMPY)
+            gh = apply(_ADD, (gh, self.bias_hh), _NUMPY)
+        return gi, gh
+
+    def _check_input(self, x):
+        if not 1 <= len(x.shape) <= 2 or x.shape[-1] != self.input_size:
+            raise ShapeError("matmul", f"{self!r} expects input of shape (batch, "
+                             f"{self.input_size}) or ({self.input_size},)",
+                             expected=f"X.shape[-1] == input_size == {self.input_size}",
+                             actual=f"X.shape={x.shape}, weight_ih.shape="
+                             f"{self.weight_ih.shape}", location=user_location())
+
+    def _check_state(self, x, state, name):
+        expected = tuple(x.shape[:-1]) + (self.hidden_size,)
+        if tuple(state.shape) != expected:
+            raise ShapeError("matmul", f"{type(self).__name__} state {name} does not match "
+                             f"the input", expected=f"{name}.shape == {expected}",
+                             actual=f"{name}.shape={state.shape}, X.shape={x.shape}",
+                             location=user_location())
+
+    def _zeros(self, x):
+        value = x._value
+        xp = array_module(value) if value is not None else default_module()
+        shape = tuple(x.shape[:-1]) + (self.hidden_size,)
+        return Variable(xp.zeros(shape, dtype=x.dtype))
+
+    def __repr__(self):
+        bias = "" if self.bias_ih is not None else ", bias=False"
+        return f"{type(self).__name__}({self.input_size}, {self.hidden_size}{bias})"
+
+
+class LSTMCell(_Cell):
+    """One LSTM step: ``cell(x, (h, c)) -> (h, c)``; ``cell(x)`` starts from zero state.
+
+    With gate blocks in PyTorch's order (i, f, g, o) along the rows of the weights::
+
+        i, f, g, o = split(x @ weight_ih^T + bias_ih + h @ weight_hh^T + bias_hh, 4)
+        c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
+        h' = sigmoid(o) * tanh(c')
+
+    Args:
+        input_size, hidden_size: feature sizes of x (batch, input_size) and of h and c.
+        bias: whether to use ``bias_ih`` and ``bias_hh``.
+        dtype: the parameters' dtype.
+
+    >>> import numpy as np, tape, layers
+    >>> cell = layers.LSTMCell(3, 5)
+    >>> h, c = cell(tape.Variable(np.ones((2, 3), np.float32)))
+    >>> h.shape, c.shape, [p.shape for p in cell.params()]
+    ((2, 5), (2, 5), [(20, 3), (20, 5), (20,), (20,)])
+    """
+
+    gates = 4
+
+    def forward(self, x, state=None):
+        self._check_input(x)
+        if state is None:
+            h = c = self._zeros(x)
+        else:
+            h, c = state
+            self._check_state(x, h, "h")
+            self._check_state(x, c, "c")
+        gi, gh = self._projections(x, h)
+        i, f, g, o = apply(_SPLIT, (apply(_ADD, (gi, gh), _NUMPY),), self._split)
+        c = apply(_ADD, (apply(_MUL, (apply(_SIGMOID, (f,), {}), c), _NUMPY),
+                         apply(_MUL, (apply(_SIGMOID, (i,), {}), apply(_TANH, (g,), {})),
+                               _NUMPY)), _NUMPY)
+        h = apply(_MUL, (apply(_SIGMOID, (o,), {}), apply(_TANH, (c,), {})), _NUMPY)
+        return h, c
+
+
+class GRUCell(_Cell):
+    """One GRU step: ``cell(x, h) -> h``; ``cell(x)`` starts from a zero state.
+
+    With gate blocks in PyTorch's order (r, z, n) along the rows of the weights::
+
+        r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+        z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+        h' = (1 - z) * n + z * h  =  n + z * (h - n)
+
+    >>> import numpy as np, tape, layers
+    >>> cell = layers.GRUCell(3, 5)
+    >>> cell(tape.Variable(np.ones((2, 3), np.float32))).shape
+    (2, 5)
+    """
+
+    gates = 3
+
+    def forward(self, x, h=None):
+        self._check_input(x)
+        if h is None:
+            h = self._zeros(x)
+        else:
+            self._check_state(x, h, "h")
+        gi, gh = self._projections(x, h)
+        i_r, i_z, i_n = apply(_SPLIT, (gi,), self._split)
+        h_r, h_z, h_n = apply(_SPLIT, (gh,), self._split)
+        r = apply(_SIGMOID, (apply(_ADD, (i_r, h_r), _NUMPY),), {})
+        z = apply(_SIGMOID, (apply(_ADD, (i_z, h_z), _NUMPY),), {})
+        n = apply(_TANH, (apply(_ADD, (i_n, apply(_MUL, (r, h_n), _NUMPY)), _NUMPY),), {})
+        return apply(_ADD, (n, apply(_MUL, (z, apply(_SUB, (h, n), _NUMPY)), _NUMPY)), _NUMPY)
+
+
+__all__ = ["LSTMCell", "GRUCell"]
