@@ -1,4 +1,4 @@
-"""Comparison ops: elementwise, broadcasting like the arithmetic ops, boolean output, no gradient."""
+"""Comparison ops: elementwise, broadcasting like the arithmetic ops, bool output, no gradient."""
 
 from __future__ import annotations
 

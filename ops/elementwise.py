@@ -7,6 +7,8 @@ broadcast gradient back to each input's shape with the shared ``reduce.sum_to`` 
 
 from __future__ import annotations
 
+import numpy as np
+
 from ops.infer import align_y, broadcast_shapes, result_dtype
 from ops.reduce import sum_to
 from ops.registry import Attr, register
@@ -44,14 +46,28 @@ def aligned(x, y, attrs):
     return y.reshape(align_y(x.shape, y.shape, axis))
 
 
+def grad_x(g, x):
+    """Reduces a gradient of the output to X's shape and dtype."""
+    return _in_dtype(sum_to(g, x.shape), x)
+
+
 def grad_y(g, x, y, attrs):
-    """Reduces a gradient of the output to Y's shape, undoing Paddle's alignment."""
+    """Reduces a gradient of the output to Y's shape and dtype, undoing Paddle's alignment."""
     axis = attrs["axis"]
     if axis == -1 or len(y.shape) >= len(x.shape):
-        return sum_to(g, y.shape)
+        return _in_dtype(sum_to(g, y.shape), y)
     from ops.shape import reshape
 
-    return reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape)
+    return _in_dtype(reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape), y)
+
+
+def _in_dtype(g, var):
+    """A gradient has its variable's dtype: float32 + float64 -> float64, but dX stays float32."""
+    if g.dtype == var.dtype:
+        return g
+    from ops.unary import cast
+
+    return apply(cast, (g,), {"out_dtype": var.dtype.name})
 
 
 _FACTS = dict(inputs=("X", "Y"), outputs=("Out",), attrs=_AXIS, infer=infer_binary,
@@ -68,7 +84,7 @@ def elementwise_add(xp, attrs, x, y):
 def _(g):
     x, y = g.inputs
     (gout,) = g.gouts
-    gx = sum_to(gout, x.shape) if g.needs(0) else None
+    gx = grad_x(gout, x) if g.needs(0) else None
     gy = grad_y(gout, x, y, g.attrs) if g.needs(1) else None
     return gx, gy
 
@@ -85,7 +101,7 @@ def _(g):
 
     x, y = g.inputs
     (gout,) = g.gouts
-    gx = sum_to(gout, x.shape) if g.needs(0) else None
+    gx = grad_x(gout, x) if g.needs(0) else None
     gy = neg(grad_y(gout, x, y, g.attrs)) if g.needs(1) else None
     return gx, gy
 
@@ -100,7 +116,7 @@ def elementwise_mul(xp, attrs, x, y):
 def _(g):
     x, y = g.inputs
     (gout,) = g.gouts
-    gx = sum_to(apply(elementwise_mul, (gout, y), g.attrs), x.shape) if g.needs(0) else None
+    gx = grad_x(apply(elementwise_mul, (gout, y), g.attrs), x) if g.needs(0) else None
     gy = grad_y(apply(elementwise_mul, (gout, x), _NUMPY), x, y, g.attrs) if g.needs(1) else None
     return gx, gy
 
@@ -108,9 +124,18 @@ def _(g):
 _NUMPY = {"axis": -1}
 
 
-@register("elementwise_div", **_FACTS)
+def _infer_div(attrs, x, y):
+    """True division, as numpy: integers (and bools) divided by integers give float64."""
+    shape, dtype = infer_binary(attrs, x, y)
+    return shape, (_FLOAT64 if dtype.kind in "biu" else dtype)
+
+
+_FLOAT64 = np.dtype(np.float64)
+
+
+@register("elementwise_div", **{**_FACTS, "infer": _infer_div})
 def elementwise_div(xp, attrs, x, y):
-    """Out = X / Y.  dX = dOut / Y, dY = -dOut * Out / Y."""
+    """Out = X / Y (true division).  dX = dOut / Y, dY = -dOut * Out / Y."""
     return x / aligned(x, y, attrs)
 
 
@@ -118,7 +143,7 @@ def elementwise_div(xp, attrs, x, y):
 def _(g):
     x, y = g.inputs
     (out,), (gout,) = g.outputs, g.gouts
-    gx = sum_to(apply(elementwise_div, (gout, y), g.attrs), x.shape) if g.needs(0) else None
+    gx = grad_x(apply(elementwise_div, (gout, y), g.attrs), x) if g.needs(0) else None
     gy = None
     if g.needs(1):
         from ops.unary import neg
@@ -136,7 +161,7 @@ def elementwise_pow(xp, attrs, x, y):
 
 @elementwise_pow.gradient
 def _(g):
-    from ops.unary import log
+    from ops.unary import cast, log
 
     x, y = g.inputs
     (out,), (gout,) = g.outputs, g.gouts
@@ -145,9 +170,11 @@ def _(g):
         y_minus_one = apply(elementwise_sub, (y, _one_like(y)), _NUMPY)
         local = apply(elementwise_mul, (apply(elementwise_pow, (x, y_minus_one), g.attrs), y),
                       g.attrs)
-        gx = sum_to(apply(elementwise_mul, (gout, local), _NUMPY), x.shape)
+        gx = grad_x(apply(elementwise_mul, (gout, local), _NUMPY), x)
     if g.needs(1):
-        local = apply(elementwise_mul, (out, log(x)), _NUMPY)
+        # log needs a float base: an integer array raised to a float Variable has one.
+        base = x if x.dtype.kind in "fc" else cast(x, out_dtype=out.dtype.name)
+        local = apply(elementwise_mul, (out, log(base)), _NUMPY)
         gy = grad_y(apply(elementwise_mul, (gout, local), _NUMPY), x, y, g.attrs)
     return gx, gy
 
@@ -177,7 +204,7 @@ def _select_grad(g, x_wins):
     share = _share_of_x(x, y, g.attrs, x_wins)
     gx = gy = None
     if g.needs(0):
-        gx = sum_to(apply(elementwise_mul, (gout, share), _NUMPY), x.shape)
+        gx = grad_x(apply(elementwise_mul, (gout, share), _NUMPY), x)
     if g.needs(1):
         rest = apply(elementwise_sub, (_one_like(share), share), _NUMPY)
         gy = grad_y(apply(elementwise_mul, (gout, rest), _NUMPY), x, y, g.attrs)
