@@ -161,8 +161,6 @@ def elementwise_pow(xp, attrs, x, y):
 
 @elementwise_pow.gradient
 def _(g):
-    from ops.unary import cast, log
-
     x, y = g.inputs
     (out,), (gout,) = g.outputs, g.gouts
     gx = gy = None
@@ -172,11 +170,23 @@ def _(g):
                       g.attrs)
         gx = grad_x(apply(elementwise_mul, (gout, local), _NUMPY), x)
     if g.needs(1):
-        # log needs a float base: an integer array raised to a float Variable has one.
-        base = x if x.dtype.kind in "fc" else cast(x, out_dtype=out.dtype.name)
-        local = apply(elementwise_mul, (out, log(base)), _NUMPY)
+        local = apply(elementwise_mul, (out, _log_of_base(x, out)), _NUMPY)
         gy = grad_y(apply(elementwise_mul, (gout, local), _NUMPY), x, y, g.attrs)
     return gx, gy
+
+
+def _log_of_base(x, out):
+    """log(X) for dY = dOut * Out * log(X), with log(0) taken as 0 (PyTorch): where X == 0,
+    Out is 0 or 1 whatever Y is, so dY is 0 there, not 0 * -inf."""
+    from ops.compare import equal
+    from ops.shape import where
+    from ops.unary import cast, log
+    from tape.constants import constant
+
+    # log needs a float base: an integer array raised to a float Variable has one.
+    base = x if x.dtype.kind in "fc" else cast(x, out_dtype=out.dtype.name)
+    at_zero = apply(equal, (base, constant(0, base)), _NUMPY)
+    return log(apply(where, (at_zero, _one_like(base), base), where.defaults))
 
 
 def _one_like(var):
