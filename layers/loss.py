@@ -1,0 +1,209 @@
+"""Loss layers with PyTorch's arguments and reductions, built from the registered loss ops.
+
+``loss(input, target)``; ``reduction`` is "mean" (the default), "sum" or "none" (per element, in
+the target's shape). Where targets can be ignored, "mean" divides by the number of targets that
+are not, as PyTorch does (all ignored: nan).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from layers.function import Function
+from ops.registry import REGISTRY
+from ops.xp import array_module, default_module
+from tape.variable import Variable
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _op(name):
+    return REGISTRY[name]
+
+
+class _Loss(Function):
+    def __init__(self, reduction="mean"):
+        super().__init__()
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(_REDUCTIONS)}, "
+                             f"got {reduction!r}")
+        self.reduction = reduction
+
+    def _reduce(self, loss, valid=None):
+        """``loss`` reduced; for "mean" with a mask ``valid``, divided by its count."""
+        if self.reduction == "none":
+            return loss
+        total = _op("reduce_sum")(loss)
+        if self.reduction == "sum":
+            return total
+        if valid is None:
+            return _op("mean")(loss)
+        return total / _op("reduce_sum")(valid)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(reduction={self.reduction!r})"
+
+
+def _as_variable(value, dtype=None):
+    if isinstance(value, Variable):
+        return value
+    return Variable(np.asarray(value, dtype=dtype))
+
+
+def _signed(target):
+    """Integer class targets as a signed type, so a negative ignore_index compares with them."""
+    if target.dtype.kind == "i":
+        return target
+    if target.dtype.kind != "u":
+        raise TypeError(f"class targets must be integers, got dtype {target.dtype}")
+    return _op("cast")(target, out_dtype="int64")
+
+
+def _valid(target, ignore_index, dtype):
+    """1.0 where the target is not ``ignore_index``, else 0.0 (a constant: no gradient)."""
+    return _op("cast")(_op("not_equal")(target, ignore_index), out_dtype=dtype)
+
+
+def _class_axis(logits):
+    # PyTorch: (C,) unbatched, else (N, C, d1, ...) with classes on axis 1.
+    return 0 if len(logits.shape) == 1 else 1
+
+
+class MSELoss(_Loss):
+    """(input - target)**2, reduced (op ``mse``).
+
+    >>> import numpy as np, tape, layers
+    >>> layers.MSELoss()(tape.Variable(np.array([1.0, 3.0])), np.array([0.0, 1.0])).numpy()
+    array(2.5)
+    """
+
+    def forward(self, input, target):
+        target = _as_variable(target, input.dtype)
+        return _op("mse")(input, target, reduction=self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    """Softmax cross-entropy of logits against class indices (or class probabilities).
+
+    Args:
+        reduction: "mean", "sum" or "none".
+        ignore_index: targets equal to it add nothing and are not counted by "mean".
+        label_smoothing: eps in [0, 1]; the target becomes (1 - eps) * onehot + eps / C, so
+            loss = (1 - eps) * -log p[y] + eps / C * sum_c -log p[c] (PyTorch's definition).
+
+    ``input`` is (N, C), (N, C, d1, ...) or (C,); ``target`` holds integer classes of shape
+    (N,), (N, d1, ...) or (), or probabilities of ``input``'s shape.
+
+    >>> import numpy as np, tape, layers
+    >>> logits = tape.Variable(np.log(np.array([[0.5, 0.25, 0.25]])))
+    >>> float(layers.CrossEntropyLoss()(logits, np.array([0])).numpy()) == float(np.log(2))
+    True
+    """
+
+    def __init__(self, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+        super().__init__(reduction)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
+        self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+
+    def forward(self, input, target):
+        axis = _class_axis(input)
+        target = _as_variable(target)
+        if target.dtype.kind == "f":
+            return self._soft(input, target, axis)
+        target = _signed(target)
+        attrs = {"axis": axis, "ignore_index": self.ignore_index}
+        nll = _op("softmax_with_cross_entropy")(input, target, **attrs).loss
+        loss = _op("reshape")(nll, shape=target.shape)  # drop the size-1 class axis
+        eps = self.label_smoothing
+        valid = None
+        if self.reduction == "mean" or eps > 0.0:
+            valid = _valid(target, self.ignore_index, input.dtype)
+        if eps > 0.0:
+            log_probs = _op("log_softmax")(input, axis=axis)
+            spread = _op("reduce_sum")(log_probs, axis=axis) * valid
+            loss = loss * (1.0 - eps) - spread * (eps / input.shape[axis])
+        return self._reduce(loss, valid)
+
+    def _soft(self, input, target, axis):
+        if self.label_smoothing > 0.0:
+            classes = input.shape[axis]
+            target = _op("scale")(target, scale=1.0 - self.label_smoothing,
+                                  bias=self.label_smoothing / classes)
+        loss = _op("softmax_with_cross_entropy")(input, target, axis=axis, soft_label=True).loss
+        shape = tuple(d for i, d in enumerate(input.shape) if i != axis)
+        return self._reduce(_op("reshape")(loss, shape=shape))
+
+    def __repr__(self):
+        return (f"CrossEntropyLoss(reduction={self.reduction!r}, ignore_index="
+                f"{self.ignore_index}, label_smoothing={self.label_smoothing})")
+
+
+class NLLLoss(_Loss):
+    """-input[target] for log-probabilities ``input`` (N, C), (N, C, d1, ...) or (C,) and
+    integer targets (N,), (N, d1, ...) or (); ``ignore_index`` as in CrossEntropyLoss.
+
+    >>> import numpy as np, tape, layers
+    >>> log_probs = tape.Variable(np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]])))
+    >>> layers.NLLLoss(reduction="none")(log_probs, np.array([0, 2])).numpy().round(4)
+    array([0.6931, 1.204 ])
+    """
+
+    def __init__(self, reduction="mean", ignore_index=-100):
+        super().__init__(reduction)
+        self.ignore_index = int(ignore_index)
+
+    def forward(self, input, target):
+        axis = _class_axis(input)
+        target = _signed(_as_variable(target))
+        ignored = _op("equal")(target, self.ignore_index)
+        # Ignored targets pick class 0, then are masked out (one_hot rejects out-of-range ids).
+        safe = _op("where")(ignored, _as_variable(np.zeros((), target.dtype)), target)
+        picks = _op("one_hot")(safe, depth=input.shape[axis], dtype=input.dtype)
+        if axis == 1 and len(input.shape) > 2:  # one_hot's classes are last: move input's there
+            perm = (0,) + tuple(range(2, len(input.shape))) + (1,)
+            input = _op("transpose")(input, perm=perm)
+        valid = _valid(target, self.ignore_index, input.dtype)
+        picked = _op("reduce_sum")(input * picks, axis=-1)
+        return self._reduce(-(picked * valid), valid)
+
+
+class BCEWithLogitsLoss(_Loss):
+    """Binary cross-entropy of sigmoid(input) against probabilities ``target`` (same shape),
+    computed stably from the logits (op ``sigmoid_cross_entropy_with_logits``).
+
+    ``pos_weight`` (a number or an array broadcasting against the last axis) scales the loss of
+    positive targets: l = -(p * y * log s(x) + (1 - y) * log(1 - s(x))), as in PyTorch.
+
+    >>> import numpy as np, tape, layers
+    >>> loss = layers.BCEWithLogitsLoss()(tape.Variable(np.zeros(2)), np.array([0.0, 1.0]))
+    >>> bool(np.isclose(loss.numpy(), np.log(2)))
+    True
+    """
+
+    def __init__(self, reduction="mean", pos_weight=None):
+        super().__init__(reduction)
+        self.pos_weight = None if pos_weight is None else np.asarray(
+            pos_weight.numpy() if isinstance(pos_weight, Variable) else pos_weight)
+
+    def forward(self, input, target):
+        target = _as_variable(target, input.dtype)
+        if target.dtype != input.dtype:
+            target = _op("cast")(target, out_dtype=input.dtype)
+        loss = _op("sigmoid_cross_entropy_with_logits")(input, target)
+        if self.pos_weight is not None:
+            # p*y*softplus(-x) = y*softplus(-x) (already in the loss) + (p-1)*y*softplus(-x),
+            # and softplus(-x) is the same op against an all-ones target.
+            ones = _op("fill_ones_like")(input)
+            softplus_neg = _op("sigmoid_cross_entropy_with_logits")(input, ones)
+            extra = self._pos_weight_minus_one(input)
+            loss = loss + softplus_neg * (target * extra)
+        return self._reduce(loss)
+
+    def _pos_weight_minus_one(self, input):
+        value = input._value
+        xp = array_module(value) if value is not None else default_module()
+        return Variable(xp.asarray(self.pos_weight - 1.0, dtype=input.dtype))
+
+
+__all__ = ["MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss"]
