@@ -41,7 +41,7 @@ class Optimizer:
         grad_clip: ``optim.ClipGradByValue``, ``ClipGradByNorm`` or ``ClipGradByGlobalNorm``.
 
     State is created lazily, per parameter (keyed by the Variable itself), as persistable
-    Variables named ``<param>_<slot>`` that never require a gradient.
+    Variables named ``<param name or position>_<slot>`` that never require a gradient.
     """
 
     op_type = None
@@ -136,7 +136,7 @@ class Optimizer:
                 raise InputError(self.op_type, "optimizers take a list of Variables",
                                  actual=type(param).__name__)
             if id(param) in seen:
-                raise InputError(self.op_type, f"parameter '{param.name}' appears twice",
+                raise InputError(self.op_type, f"{self._describe(param)} appears twice",
                                  hint="each parameter is updated once per call")
             seen.add(id(param))
         for param in params:
@@ -145,17 +145,24 @@ class Optimizer:
                 self._params.append(param)
         return params
 
+    def _describe(self, param):
+        """'name' for a named parameter, its position otherwise (reading ``Variable.name``
+        would give an unnamed parameter a generated name for good)."""
+        if param._name is not None:
+            return f"parameter '{param._name}'"
+        position = self._position.get(id(param))
+        return "an unnamed parameter" if position is None else f"parameter {position} (unnamed)"
+
     def _validate(self, param, grad):
-        name = param.name
         if param.dtype.kind != "f":
-            raise DTypeError(self.op_type, f"parameter '{name}' is not floating point",
+            raise DTypeError(self.op_type, f"{self._describe(param)} is not floating point",
                              actual=str(param.dtype))
         if grad.shape != param.shape:
-            raise ShapeError(self.op_type, f"the gradient of parameter '{name}' has the wrong "
-                             "shape", expected=str(param.shape), actual=str(grad.shape))
+            raise ShapeError(self.op_type, f"the gradient of {self._describe(param)} has the "
+                             "wrong shape", expected=str(param.shape), actual=str(grad.shape))
         if grad.dtype != param.dtype:
-            raise DTypeError(self.op_type, f"the gradient of parameter '{name}' has the wrong "
-                             "dtype", expected=str(param.dtype), actual=str(grad.dtype))
+            raise DTypeError(self.op_type, f"the gradient of {self._describe(param)} has the "
+                             "wrong dtype", expected=str(param.dtype), actual=str(grad.dtype))
         position = self._position[id(param)]
         if id(param) not in self._state and position in self._pending:
             check_loaded(self, param, self._pending[position], str(position))
@@ -164,7 +171,8 @@ class Optimizer:
         state = self._state.get(id(param))
         if state is None:
             loaded = self._pending.pop(self._position[id(param)], None)
-            return self._state.setdefault(id(param), self._new_state(param, loaded))
+            state = self._state[id(param)] = self._new_state(param, loaded)
+            return state
         slots = self._slots(param)
         if slots.keys() != state.vars.keys():  # a hyper-parameter change added or dropped one
             fresh = self._new_state(param).vars
@@ -175,11 +183,12 @@ class Optimizer:
     def _new_state(self, param, loaded=None):
         """``param``'s state Variables, initial or copied from a loaded entry."""
         xp = array_module(_buffer(param))
+        base = param._name or f"param{self._position[id(param)]}"
         variables = {}
         for slot, (shape, dtype, initial) in self._slots(param).items():
             value = xp.full(shape, initial, dtype) if loaded is None else \
                 xp.array(loaded[slot], dtype=dtype)
-            var = Variable(value, name=f"{param.name}_{slot}")
+            var = Variable(value, name=f"{base}_{slot}")
             var.persistable = True
             variables[slot] = var
         return ParamState(param, variables, 0 if loaded is None else int(loaded["step"]))
@@ -200,8 +209,9 @@ class Optimizer:
     def state_dict(self, params=None):
         """Step counts, hyper-parameters and per-parameter state as numpy arrays and plain values.
 
-        Per-parameter state is keyed by position (order of first update: "0", "1", ...), or by
-        name when ``params`` (a layer, a dict name -> Variable, or a list) is given.
+        Per-parameter state is keyed by position (the order the optimizer first saw the
+        parameters in: "0", "1", ...), or by name when ``params`` (a layer, a dict
+        name -> Variable, or a list) is given.
         """
         from optim.state import state_dict
 
