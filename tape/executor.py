@@ -84,6 +84,9 @@ class Executor:
     def _value(self, name, full, program, feed, scope):
         desc = full.global_block().vars[name]
         if name.startswith("feed@"):
+            if name[5:] not in feed:
+                raise InputError("feed", f"no value was fed for '{name[5:]}'",
+                                 hint="the program reads it: pass it in feed={...}")
             value = self.xp.asarray(feed[name[5:]], dtype=desc.dtype)
             if tuple(value.shape) != tuple(desc.shape):
                 raise InputError("feed", f"fed value for '{name[5:]}' has the wrong shape",
