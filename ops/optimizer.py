@@ -4,7 +4,9 @@ Every update op writes into its inputs' buffers (ParamOut is Param, each state o
 state input), has no gradient and a side effect, so the scheduler keeps it in tape order. The
 rules are PyTorch's (``torch.optim``) under Paddle's op, slot and attribute names. Scalars
 (LearningRate, Beta1Pow, ...) may have any float dtype; they are cast to Param's dtype before
-they touch a tensor, so float32 parameters stay float32. Kernels reuse one temporary buffer.
+they touch a tensor, so float32 parameters stay float32. Kernels reuse one temporary buffer,
+allocated with ``empty_like`` (on 0-d arrays a ufunc without ``out=`` returns a scalar, which
+cannot be an ``out=`` target).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
 def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
     step_size, correction2 = _bias_corrected(xp, param, lr, beta1_pow, beta2_pow)
-    work = xp.subtract(grad, moment1)
+    work = xp.subtract(grad, moment1, out=xp.empty_like(param))
     work *= 1.0 - beta1
     moment1 += work  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
     xp.multiply(grad, grad, out=work)
@@ -218,7 +220,7 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     dispensable slots): their outputs hold one Variable when the input is given, none otherwise.
     """
     decay = attrs["decay"]
-    work = xp.multiply(grad, grad)
+    work = xp.multiply(grad, grad, out=xp.empty_like(param))
     work *= 1.0 - decay
     mean_square *= decay
     mean_square += work
@@ -258,7 +260,7 @@ def adagrad(xp, attrs, param, grad, moment, lr):
     MomentOut = Moment + Grad**2;  ParamOut = Param - LearningRate * Grad / (sqrt(MomentOut) +
     epsilon). PyTorch's lr_decay is a learning-rate schedule, applied by the optimizer.
     """
-    work = xp.multiply(grad, grad)
+    work = xp.multiply(grad, grad, out=xp.empty_like(param))
     moment += work
     xp.sqrt(moment, out=work)
     work += attrs["epsilon"]
