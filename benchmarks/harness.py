@@ -28,11 +28,13 @@ class Options:
 
 @dataclasses.dataclass
 class Measurement:
-    """Per-step times (seconds) of one implementation, one entry per timed block."""
+    """Per-step times (seconds) of one implementation, one entry per timed block; ``others``: the
+    mean number of cores other processes kept busy during its blocks (None if unknown)."""
 
     name: str
     times: list
     steps_per_block: int
+    others: float | None = None
 
     @property
     def median(self):
@@ -75,14 +77,17 @@ def warm_up(step, seconds):
 
 
 def timed_block(step, count, pause):
-    """Per-step seconds over ``count`` steps, after a pause and an untimed settle step."""
+    """(per-step seconds over ``count`` steps, CPU snapshots around them), after a pause and an
+    untimed settle step."""
     time.sleep(pause)  # lets the previous implementation's spinning thread pool go idle
     gc.collect()  # garbage left by the previous implementation is not charged to this one
     step()  # settle: wakes this library's own pool and caches
+    before = cpu_snapshot()
     started = time.perf_counter()
     for _ in range(count):
         step()
-    return (time.perf_counter() - started) / count
+    elapsed = time.perf_counter() - started
+    return elapsed / count, (before, cpu_snapshot())
 
 
 def measure(steps, options):
@@ -92,10 +97,48 @@ def measure(steps, options):
         estimate = warm_up(step, options.warmup)
         counts[name] = max(1, round(options.block / max(estimate, 1e-9)))
     times = {name: [] for name in steps}
+    spans = {name: [] for name in steps}
     for _ in range(options.reps):
         for name, step in steps.items():
-            times[name].append(timed_block(step, counts[name], options.pause))
-    return [Measurement(name, times[name], counts[name]) for name in steps]
+            per_step, span = timed_block(step, counts[name], options.pause)
+            times[name].append(per_step)
+            spans[name].append(span)
+    return [Measurement(name, times[name], counts[name], others_load(spans[name]))
+            for name in steps]
+
+
+def cpu_snapshot():
+    """(seconds of busy CPU on the machine, of this process, wall clock); None off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait
+    own = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), own.user + own.system, time.perf_counter()
+
+
+def others_load(spans):
+    """Mean cores kept busy by other processes over ``spans`` [(before, after) snapshots]."""
+    spans = [(a, b) for a, b in spans if a is not None and b is not None]
+    wall = sum(b[2] - a[2] for a, b in spans)
+    if not spans or wall <= 0:
+        return None
+    others = sum((b[0] - a[0]) - (b[1] - a[1]) for a, b in spans)
+    return max(others, 0.0) / wall
+
+
+def wait_until_idle(limit, threshold=0.25, window=3.0):
+    """Waits (at most ``limit`` seconds) until other processes use < ``threshold`` cores over a
+    ``window``; returns their last measured load (None if unknown)."""
+    deadline = time.perf_counter() + limit
+    while True:
+        before = cpu_snapshot()
+        time.sleep(window)
+        load = others_load([(before, cpu_snapshot())])
+        if load is None or load < threshold or time.perf_counter() >= deadline:
+            return load
 
 
 def profile(step, seconds, limit=25):

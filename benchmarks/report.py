@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from importlib import metadata
 
@@ -25,6 +24,7 @@ def rows(workload, config, measurements):
         for peer in PEERS:
             ok = peer in medians and peer != m.name
             row[f"/{peer}"] = f"{m.median / medians[peer]:.2f}x" if ok else ""
+        row["others"] = f"{m.others:.2f}" if m.others is not None else "?"
         row["target"] = _target(workload, m, medians)
         table.append(row)
     return table
@@ -73,5 +73,5 @@ def environment(threads):
             parts.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             parts.append(f"{name} not installed")
-    parts.append(f"{threads} threads, load average {os.getloadavg()[0]:.2f}")
+    parts.append(f"{threads} threads")
     return ", ".join(parts)

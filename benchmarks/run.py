@@ -37,6 +37,9 @@ def parse_args(argv):
                         help="seconds of sleep before each block (lets thread pools idle)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="BLAS/OpenMP/torch threads for every library (default: all cores)")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                        help="before each workload, wait up to SECONDS for other processes to "
+                        "leave the cores idle")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--profile", metavar="IMPL",
@@ -74,9 +77,6 @@ def main(argv=None):
     from benchmarks import report
 
     options = harness.Options(args.reps, args.block, args.warmup, args.pause)
-    if os.getloadavg()[0] > 0.5 and not args.profile:
-        print(f"warning: load average {os.getloadavg()[0]:.2f}: other processes share the cores, "
-              "timings will be noisy", file=sys.stderr)
     wanted = set(args.impls.split(",")) if args.impls else None
     table, notes = [], []
     for name in args.only.split(","):
@@ -89,11 +89,14 @@ def main(argv=None):
                 print(f"== {workload.NAME} / {args.profile}: {workload.TITLE}")
                 print(harness.profile(steps[args.profile], max(args.block * args.reps, 1.0)))
             continue
+        if args.wait_idle > 0:
+            harness.wait_until_idle(args.wait_idle)
         print(f"measuring {workload.NAME}: {workload.TITLE} ...", file=sys.stderr, flush=True)
         table += report.rows(workload, config, harness.measure(steps, options))
     if not args.profile:
         print(report.environment(args.threads))
         print(report.format_table(table, markdown=args.markdown))
+        print("others: cores other processes kept busy during the timed blocks (want ~0)")
     for note in notes:
         print(f"note: {note}")
     return 0
