@@ -1,0 +1,76 @@
+"""Lazy equals eager for every registered op: the registry sweep's cases run both ways, and the
+outputs, the updated inputs (in-place ops) and the gradients agree bit for bit."""
+
+import numpy as np
+import pytest
+
+import tape
+from ops.registry import REGISTRY
+from tape.testing import (
+    _cotangents,
+    _differentiable_leaves,
+    _float_slots,
+    _ordered,
+    _weighted_sum,
+    run_op,
+)
+from tests.ops.test_registry_sweep import CASES
+
+
+def _copy(values):
+    return [([v.copy() for v in x] if isinstance(x, list) else (None if x is None else x.copy()))
+            for x in values]
+
+
+def _forward(case, values, lazy):
+    tape.seed(1234)
+    with tape.lazy(lazy):
+        tape.reset_global_tape()
+        variables, outputs = run_op(case, values)
+        results = [out.numpy() for out in outputs]
+    inputs = [v.numpy() for entry in variables if entry is not None
+              for v in (entry if isinstance(entry, list) else [entry])]
+    return results, inputs
+
+
+def _gradients(case, values, lazy):
+    tape.seed(1234)
+    with tape.lazy(lazy):
+        tape.reset_global_tape()
+        slots = _float_slots(case, values)
+        variables, outputs = run_op(case, values, slots)
+        loss = _weighted_sum(outputs, _cotangents(outputs, np.random.default_rng(7)))
+        leaves = _differentiable_leaves(variables, REGISTRY[case.op].input_slots, slots)
+        grads = tape.grad(loss, leaves) if loss is not None else []
+        return [None if g is None else g.numpy() for g in grads]
+
+
+def _assert_same(eager, lazy, what):
+    assert len(eager) == len(lazy), what
+    for i, (want, got) in enumerate(zip(eager, lazy, strict=True)):
+        if want is None or got is None:
+            assert want is None and got is None, f"{what} {i}"
+            continue
+        assert got.dtype == want.dtype and got.shape == want.shape, f"{what} {i}"
+        np.testing.assert_array_equal(got, want, err_msg=f"{what} {i}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_lazy_forward_equals_eager(case):
+    for dtype in case.dtypes:
+        values = _ordered(case, case.arrays(dtype))
+        eager, eager_inputs = _forward(case, _copy(values), lazy=False)
+        lazy, lazy_inputs = _forward(case, _copy(values), lazy=True)
+        _assert_same(eager, lazy, f"{case.id} ({dtype}) output")
+        _assert_same(eager_inputs, lazy_inputs, f"{case.id} ({dtype}) input after the op")
+
+
+GRAD_CASES = [case for case in CASES if case.grad]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[case.id for case in GRAD_CASES])
+def test_lazy_gradients_equal_eager(case):
+    values = _ordered(case, case.arrays("float64"))
+    eager = _gradients(case, _copy(values), lazy=False)
+    lazy = _gradients(case, _copy(values), lazy=True)
+    _assert_same(eager, lazy, f"{case.id} gradient")
