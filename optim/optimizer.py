@@ -45,7 +45,7 @@ class Optimizer:
     """
 
     op_type = None
-    hyper = ()  # attribute names saved by state_dict (besides lr and weight_decay)
+    hyper = ()  # constructor arguments saved by state_dict as attributes (besides lr, decay)
 
     def __init__(self, lr, weight_decay=0.0, grad_clip=None):
         self._lr = lr if isinstance(lr, LRScheduler) else check_hyper(self, "lr", lr)

@@ -73,7 +73,7 @@ def prepare_load(optimizer, state, params=None):
         found = state.get("optimizer") if isinstance(state, dict) else type(state).__name__
         raise _error("optimizer state is for a different optimizer", expected=kind,
                      actual=repr(found))
-    _check_hyper(optimizer, state)
+    probe = _check_hyper(optimizer, state)
     _check_schedule(optimizer.scheduler, state.get("scheduler"))
     keys, named = _keys(optimizer, params)
     bound, pending = [], {}
@@ -95,7 +95,7 @@ def prepare_load(optimizer, state, params=None):
         check_loaded(optimizer, param, entry, key)
         bound.append((param, entry))
     affected = set(keys) if named is not None else set(optimizer._state)
-    return lambda: _apply(optimizer, state, bound, pending, affected, named is None)
+    return lambda: _apply(optimizer, probe, state, bound, pending, affected, named is None)
 
 
 def _check_entry(key, entry):
@@ -110,6 +110,8 @@ def _check_entry(key, entry):
 
 
 def _check_hyper(optimizer, state):
+    """Checks the saved hyper-parameters by building a probe optimizer from them (``hyper``
+    names constructor arguments); returns the probe, whose converted values get applied."""
     hyper = state.get("hyper", {})
     if not isinstance(hyper, dict) or set(hyper) != set(optimizer.hyper):
         raise _error("optimizer hyper-parameters do not match",
@@ -118,10 +120,13 @@ def _check_hyper(optimizer, state):
         raise _error("learning rate kind does not match",
                      expected="a schedule" if optimizer.scheduler else "a constant rate",
                      actual="a schedule" if state.get("lr") is None else "a constant rate")
+    arguments = {k: tuple(v) if isinstance(v, list) else v for k, v in hyper.items()}
     try:
-        as_regularizer(state.get("weight_decay"))
-    except ValueError as err:
-        raise _error("optimizer weight_decay is malformed", actual=str(err)) from None
+        # the coupled decay (a regularizer), unless it is a hyper-parameter itself (AdamW)
+        arguments.setdefault("weight_decay", as_regularizer(state.get("weight_decay")))
+        return type(optimizer)(lr=optimizer.scheduler or state["lr"], **arguments)
+    except (TypeError, ValueError) as err:  # AttrError is both
+        raise _error("optimizer hyper-parameters are invalid", actual=str(err)) from None
 
 
 def _check_schedule(scheduler, state):
@@ -132,16 +137,15 @@ def _check_schedule(scheduler, state):
         scheduler, state = getattr(scheduler, "after", None), state.get("after")
 
 
-def _apply(optimizer, state, bound, pending, affected, by_position):
-    for name, value in state["hyper"].items():
-        current = getattr(optimizer, name)
-        setattr(optimizer, name, tuple(value) if isinstance(current, tuple) else value)
+def _apply(optimizer, probe, state, bound, pending, affected, by_position):
+    for name in optimizer.hyper:
+        setattr(optimizer, name, getattr(probe, name))
     optimizer.step_count = int(state.get("step", 0))
     if optimizer.scheduler is not None:
         optimizer.scheduler.load_state_dict(state["scheduler"])
     else:
-        optimizer.lr = state["lr"]
-    optimizer.regularization = as_regularizer(state.get("weight_decay"))
+        optimizer.lr = probe.lr
+    optimizer.regularization = probe.regularization
     for pid in affected:
         optimizer._state.pop(pid, None)
     for param, entry in bound:

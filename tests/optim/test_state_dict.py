@@ -141,3 +141,14 @@ def test_loading_restores_hyper_parameters_and_the_rate():
     assert (target.lr, target.betas, target.eps) == (0.02, (0.8, 0.9), 1e-4)
     assert isinstance(target.regularization, optim.L2Decay)
     assert target.regularization.coeff == 0.5
+
+
+def test_invalid_saved_hyper_parameters_are_rejected_before_anything_changes():
+    state = optim.Adam(lr=0.1).state_dict()
+    state["hyper"]["betas"] = [1.5, 0.999]
+    target = optim.Adam(lr=0.2)
+    with pytest.raises(CheckpointError, match=r"optimizer hyper-parameters are invalid\n"
+                                              r"  actual:   Adam: invalid hyper-parameter "
+                                              r"'betas\[0\]'"):
+        target.load_state_dict(state)
+    assert target.lr == 0.2 and target.betas == (0.9, 0.999)
