@@ -13,10 +13,11 @@ keyword arguments are attributes::
     array([[-1.]], dtype=float32)
 """
 
-import tape  # noqa: F401  (the engine loads first, whichever package the user imports first)
+import tape  # noqa: F401, I001  (the engine loads first, whichever package is imported first)
 from ops import registry
 from ops.registry import REGISTRY, OpDef, lookup, register
-from ops import elementwise, unary, compare, reduce, matmul, shape, nn, fill, random  # noqa: F401
+from ops import elementwise, unary, special, activation, compare, reduce, matmul  # noqa: F401
+from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, norm, embedding, optimizer, io  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine

@@ -179,7 +179,7 @@ def _log_of_base(x, out):
     """log(X) for dY = dOut * Out * log(X), with log(0) taken as 0 (PyTorch): where X == 0,
     Out is 0 or 1 whatever Y is, so dY is 0 there, not 0 * -inf."""
     from ops.compare import equal
-    from ops.shape import where
+    from ops.select import where
     from ops.unary import cast, log
     from tape.constants import constant
 

@@ -75,3 +75,25 @@ def align_y(x_shape, y_shape, axis):
     if axis == -1 or len(y_shape) >= len(x_shape):
         return y_shape
     return tuple(y_shape) + (1,) * (len(x_shape) - axis - len(y_shape))
+
+
+def float_same(attrs, x, *rest):
+    """Output like X, which must be floating point (real or complex)."""
+    require_float(None, x)
+    return x.shape, x.dtype
+
+
+def real_float_same(attrs, x, *rest):
+    """Output like X, which must be real floating point (for kernels that compare or clamp)."""
+    if x.dtype.kind != "f":
+        raise DTypeError(None, "input X must be real floating point",
+                         expected="float16, float32 or float64", actual=str(x.dtype))
+    return x.shape, x.dtype
+
+
+def same_as_gradient(attrs, forward, gout):
+    """For ``*_grad`` ops: X@GRAD is like Out@GRAD; the forward tensor read must match its shape."""
+    if forward.shape != gout.shape:
+        raise ShapeError(None, "Out@GRAD must have the shape of the forward tensor",
+                         expected=str(forward.shape), actual=str(gout.shape))
+    return gout.shape, gout.dtype

@@ -1,4 +1,4 @@
-"""The op table: one OpDef per op type, holding schema, inference, kernels, gradient and scheduler facts.
+"""The op table: one OpDef per op type: schema, inference, kernels, gradient and scheduler facts.
 
 An OpDef is also the op's public function: ``ops.relu(x)`` calls the ``relu`` OpDef, which records
 the op on the current tape. Everything known about an op is declared once, beside its kernel::
@@ -255,7 +255,7 @@ class OpDef:
 
 
 def register(op_type, inputs=(), outputs=("Out",), attrs=None, infer=None, **facts):
-    """Decorator: registers the decorated kernel ``kernel(xp, attrs, *inputs)`` as op ``op_type``."""
+    """Decorator: registers the decorated ``kernel(xp, attrs, *inputs)`` as op ``op_type``."""
 
     def make(kernel):
         if op_type in REGISTRY:

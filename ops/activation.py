@@ -1,0 +1,340 @@
+"""Activation ops (relu, tanh, sigmoid, leaky_relu, elu, gelu, softplus) and their gradient ops.
+
+Each gradient is one dedicated ``*_grad`` op that is itself differentiable, so gradients of
+gradients work: relu, tanh and sigmoid read Out (X's buffer can be freed early), the others read
+X. tanh and sigmoid are on the eager hot path: one op forward, one op backward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ops.compose import NO_ATTRS as _NO_ATTRS
+from ops.compose import NUMPY_AXIS as _NUMPY
+from ops.compose import mul as _mul
+from ops.compose import scale as _scale
+from ops.elementwise import elementwise_sub
+from ops.fill import fill_ones_like
+from ops.infer import float_same as _float_same
+from ops.infer import real_float_same as _real_float_same
+from ops.infer import same_as_gradient as _infer_grad
+from ops.infer import same_as_input
+from ops.registry import Attr, register
+from ops.special import erf_array
+from ops.unary import exp, square
+from tape.tape import apply
+
+# ---- activations read back from Out: relu, tanh, sigmoid -----------------------------------------
+
+
+@register("relu", inputs=("X",), infer=same_as_input, elementwise=True, no_need_buffer=("X",))
+def relu(xp, attrs, x):
+    """Out = max(X, 0).  dX = dOut * (Out > 0)."""
+    return xp.maximum(x, 0)
+
+
+@relu.gradient
+def _(g):
+    return (apply(relu_grad, (g.outputs[0], g.gouts[0]), _NO_ATTRS),)
+
+
+@register("relu_grad", inputs=("Out", "Out@GRAD"), infer=_infer_grad, elementwise=True)
+def relu_grad(xp, attrs, out, gout):
+    """X@GRAD = Out@GRAD * (Out > 0).  d(Out@GRAD) = dX@GRAD * (Out > 0); Out gets none.
+
+    The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too.
+    """
+    return gout * (out > 0)
+
+
+@relu_grad.gradient
+def _(g):
+    out, _ = g.inputs
+    return None, apply(relu_grad, (out, g.gouts[0]), _NO_ATTRS)
+
+
+@register("tanh", inputs=("X",), infer=_float_same, elementwise=True, no_need_buffer=("X",))
+def tanh(xp, attrs, x):
+    """Out = tanh(X).  dX = dOut * (1 - Out^2), one 'tanh_grad' op."""
+    return xp.tanh(x)
+
+
+@tanh.gradient
+def _(g):
+    return (apply(tanh_grad, (g.outputs[0], g.gouts[0]), _NO_ATTRS),)
+
+
+@register("tanh_grad", inputs=("Out", "Out@GRAD"), infer=_infer_grad, elementwise=True)
+def tanh_grad(xp, attrs, out, gout):
+    """X@GRAD = Out@GRAD * (1 - Out^2).
+
+    d(Out) = -2 * dX@GRAD * Out@GRAD * Out;  d(Out@GRAD) = tanh_grad(Out, dX@GRAD).
+    """
+    return gout * (1.0 - out * out)
+
+
+@tanh_grad.gradient
+def _(g):
+    out, gout = g.inputs
+    (ggx,) = g.gouts
+    gout_of_out = _scale(_mul(_mul(ggx, gout), out), -2.0) if g.needs(0) else None
+    ggout = apply(tanh_grad, (out, ggx), _NO_ATTRS) if g.needs(1) else None
+    return gout_of_out, ggout
+
+
+_EXP_LIMITS = {}
+
+
+def _sigmoid(xp, x):
+    """1 / (1 + exp(-X)) without overflow warnings.
+
+    exp(-X) is clamped where it would overflow; that changes the result only where it is
+    below the dtype's smallest normal number.
+    """
+    limit = _EXP_LIMITS.get(x.dtype)
+    if limit is None:
+        limit = _EXP_LIMITS[x.dtype] = math.floor(math.log(float(np.finfo(x.dtype).max)))
+    return 1.0 / (1.0 + xp.exp(xp.minimum(-x, limit)))
+
+
+@register("sigmoid", inputs=("X",), infer=_real_float_same, elementwise=True,
+          no_need_buffer=("X",))
+def sigmoid(xp, attrs, x):
+    """Out = 1 / (1 + exp(-X)).  dX = dOut * Out * (1 - Out), one 'sigmoid_grad' op."""
+    return _sigmoid(xp, x)
+
+
+@sigmoid.gradient
+def _(g):
+    return (apply(sigmoid_grad, (g.outputs[0], g.gouts[0]), _NO_ATTRS),)
+
+
+@register("sigmoid_grad", inputs=("Out", "Out@GRAD"), infer=_infer_grad, elementwise=True)
+def sigmoid_grad(xp, attrs, out, gout):
+    """X@GRAD = Out@GRAD * Out * (1 - Out).
+
+    d(Out) = dX@GRAD * Out@GRAD * (1 - 2 Out);  d(Out@GRAD) = sigmoid_grad(Out, dX@GRAD).
+    """
+    return gout * out * (1.0 - out)
+
+
+@sigmoid_grad.gradient
+def _(g):
+    out, gout = g.inputs
+    (ggx,) = g.gouts
+    gout_of_out = _mul(_mul(ggx, gout), _scale(out, -2.0, 1.0)) if g.needs(0) else None
+    ggout = apply(sigmoid_grad, (out, ggx), _NO_ATTRS) if g.needs(1) else None
+    return gout_of_out, ggout
+
+
+# ---- activations whose gradient reads X: leaky_relu, elu, gelu, softplus, clip -------------------
+
+
+@register("leaky_relu", inputs=("X",), attrs={"alpha": Attr("float", 0.01)},
+          infer=_real_float_same, elementwise=True)
+def leaky_relu(xp, attrs, x):
+    """Out = X where X > 0, else alpha * X (PyTorch's default alpha = 0.01).
+
+    dX = dOut where X > 0, else alpha * dOut ('leaky_relu_grad').
+    """
+    return xp.where(x > 0, x, x * attrs["alpha"])
+
+
+@leaky_relu.gradient
+def _(g):
+    return (apply(leaky_relu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+@register("leaky_relu_grad", inputs=("X", "Out@GRAD"), attrs={"alpha": Attr("float", 0.01)},
+          infer=_infer_grad, elementwise=True)
+def leaky_relu_grad(xp, attrs, x, gout):
+    """X@GRAD = Out@GRAD where X > 0, else alpha * Out@GRAD.
+
+    Linear in Out@GRAD and piecewise constant in X: d(Out@GRAD) = leaky_relu_grad(X, dX@GRAD),
+    dX = 0.
+    """
+    return xp.where(x > 0, gout, gout * attrs["alpha"])
+
+
+@leaky_relu_grad.gradient
+def _(g):
+    return None, apply(leaky_relu_grad, (g.inputs[0], g.gouts[0]), g.attrs)
+
+
+@register("elu", inputs=("X",), attrs={"alpha": Attr("float", 1.0)}, infer=_real_float_same,
+          elementwise=True)
+def elu(xp, attrs, x):
+    """Out = X where X > 0, else alpha * (exp(X) - 1).
+
+    dX = dOut where X > 0, else dOut * alpha * exp(X) ('elu_grad').
+    """
+    # exp only of min(X, 0): the branch not taken must not overflow either.
+    return xp.where(x > 0, x, attrs["alpha"] * xp.expm1(xp.minimum(x, 0.0)))
+
+
+@elu.gradient
+def _(g):
+    return (apply(elu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+@register("elu_grad", inputs=("X", "Out@GRAD"), attrs={"alpha": Attr("float", 1.0)},
+          infer=_infer_grad, elementwise=True)
+def elu_grad(xp, attrs, x, gout):
+    """X@GRAD = Out@GRAD where X > 0, else Out@GRAD * alpha * exp(X).
+
+    d(Out@GRAD) = elu_grad(X, dX@GRAD);  dX = P * alpha * exp(X) where X <= 0 (else 0), with
+    P = dX@GRAD * Out@GRAD, built as elu_grad(X, P) - relu_grad(X, P).
+    """
+    return xp.where(x > 0, gout, gout * (attrs["alpha"] * xp.exp(xp.minimum(x, 0.0))))
+
+
+@elu_grad.gradient
+def _(g):
+    x, gout = g.inputs
+    (ggx,) = g.gouts
+    gx = ggout = None
+    if g.needs(0):
+        both = _mul(ggx, gout)
+        gx = apply(elementwise_sub, (apply(elu_grad, (x, both), g.attrs),
+                                     apply(relu_grad, (x, both), _NO_ATTRS)), _NUMPY)
+    if g.needs(1):
+        ggout = apply(elu_grad, (x, ggx), g.attrs)
+    return gx, ggout
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+# The tanh form: Phi(x) ~ (1 + tanh(C (x + K x^3))) / 2.
+_TANH_C = math.sqrt(2.0 / math.pi)
+_TANH_K = 0.044715
+
+
+def _normal_cdf(xp, x):
+    cdf = erf_array(xp, x * _SQRT_HALF)
+    cdf += 1.0
+    cdf *= 0.5
+    return cdf
+
+
+@register("gelu", inputs=("X",), attrs={"approximate": Attr("bool", False)},
+          infer=_real_float_same, elementwise=True)
+def gelu(xp, attrs, x):
+    """Out = X * Phi(X), Phi the standard normal CDF (exact, via erf), as in PyTorch.
+
+    With ``approximate``, Phi(X) ~ (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3))) / 2.
+    dX = dOut * (Phi(X) + X * phi(X)), phi the normal density, or the tanh form's derivative
+    ('gelu_grad').
+    """
+    if attrs["approximate"]:
+        sq = x * x
+        half = xp.tanh(x * (sq * (_TANH_C * _TANH_K) + _TANH_C))
+        half += 1.0
+        half *= 0.5
+        return x * half
+    return x * _normal_cdf(xp, x)
+
+
+@gelu.gradient
+def _(g):
+    return (apply(gelu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+@register("gelu_grad", inputs=("X", "Out@GRAD"), attrs={"approximate": Attr("bool", False)},
+          infer=_infer_grad, elementwise=True)
+def gelu_grad(xp, attrs, x, gout):
+    """X@GRAD = Out@GRAD * gelu'(X): Phi(X) + X phi(X), or for the tanh form, with
+    T = tanh(U), U = C (X + K X^3): (1 + T) / 2 + X (1 - T^2) C (1 + 3 K X^2) / 2.
+
+    d(Out@GRAD) = gelu_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * gelu''(X), where gelu'' is
+    phi(X) (2 - X^2), or (1 - T^2) (C + 6 C K X^2 - X T (C + 3 C K X^2)^2) for the tanh form.
+    """
+    sq = x * x
+    if attrs["approximate"]:
+        t = xp.tanh(x * (sq * (_TANH_C * _TANH_K) + _TANH_C))
+        slope = 0.5 * (1.0 + t) + (0.5 * x) * (1.0 - t * t) * (sq * (3.0 * _TANH_C * _TANH_K)
+                                                               + _TANH_C)
+    else:
+        slope = _normal_cdf(xp, x) + x * (xp.exp(sq * -0.5) * _INV_SQRT_2PI)
+    return gout * slope
+
+
+@gelu_grad.gradient
+def _(g):
+    x, gout = g.inputs
+    (ggx,) = g.gouts
+    gx = ggout = None
+    if g.needs(0):
+        gx = _mul(_mul(ggx, gout), _gelu_curvature(x, g.attrs["approximate"]))
+    if g.needs(1):
+        ggout = apply(gelu_grad, (x, ggx), g.attrs)
+    return gx, ggout
+
+
+def _gelu_curvature(x, approximate):
+    """gelu''(X) from registered (differentiable) ops; see gelu_grad's docstring."""
+    sq = apply(square, (x,), _NO_ATTRS)
+    if not approximate:
+        density = _scale(apply(exp, (_scale(sq, -0.5),), _NO_ATTRS), _INV_SQRT_2PI)
+        return _mul(density, _scale(sq, -1.0, 2.0))
+    ck = _TANH_C * _TANH_K
+    t = apply(tanh, (_mul(x, _scale(sq, ck, _TANH_C)),), _NO_ATTRS)
+    slope_u = apply(square, (_scale(sq, 3.0 * ck, _TANH_C),), _NO_ATTRS)
+    inner = apply(elementwise_sub, (_scale(sq, 6.0 * ck, _TANH_C), _mul(_mul(x, t), slope_u)),
+                  _NUMPY)
+    return _mul(_scale(apply(square, (t,), _NO_ATTRS), -1.0, 1.0), inner)
+
+
+_SOFTPLUS_ATTRS = {
+    "beta": Attr("float", 1.0, check=lambda beta: beta != 0.0, rule="beta != 0"),
+    "threshold": Attr("float", 20.0),
+}
+
+
+@register("softplus", inputs=("X",), attrs=_SOFTPLUS_ATTRS, infer=_real_float_same,
+          elementwise=True)
+def softplus(xp, attrs, x):
+    """Out = log(1 + exp(beta X)) / beta, and X itself where beta X > threshold (PyTorch).
+
+    dX = dOut * sigmoid(beta X), and dOut where beta X > threshold ('softplus_grad').
+    """
+    beta = attrs["beta"]
+    z = x * beta if beta != 1.0 else x
+    # log(1 + exp(z)) = max(z, 0) + log1p(exp(-|z|)), which never overflows.
+    soft = xp.maximum(z, 0.0) + xp.log1p(xp.exp(-xp.abs(z)))
+    if beta != 1.0:
+        soft = soft / beta
+    return xp.where(z > attrs["threshold"], x, soft)
+
+
+@softplus.gradient
+def _(g):
+    return (apply(softplus_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+@register("softplus_grad", inputs=("X", "Out@GRAD"), attrs=_SOFTPLUS_ATTRS, infer=_infer_grad,
+          elementwise=True)
+def softplus_grad(xp, attrs, x, gout):
+    """X@GRAD = Out@GRAD * H(X), H(X) = sigmoid(beta X), or 1 where beta X > threshold.
+
+    d(Out@GRAD) = softplus_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * beta H (1 - H), since
+    H' = beta H (1 - H) on both sides of the threshold (built from 'sigmoid_grad').
+    """
+    z = x * attrs["beta"] if attrs["beta"] != 1.0 else x
+    return xp.where(z > attrs["threshold"], gout, gout * _sigmoid(xp, z))
+
+
+@softplus_grad.gradient
+def _(g):
+    x, gout = g.inputs
+    (ggx,) = g.gouts
+    gx = ggout = None
+    if g.needs(0):
+        slope = apply(softplus_grad, (x, apply(fill_ones_like, (x,), _NO_ATTRS)), g.attrs)
+        gx = _scale(apply(sigmoid_grad, (slope, _mul(ggx, gout)), _NO_ATTRS), g.attrs["beta"])
+    if g.needs(1):
+        ggout = apply(softplus_grad, (x, ggx), g.attrs)
+    return gx, ggout
+
+

@@ -1,0 +1,212 @@
+"""Selection ops: slice (basic indexing), gather (integer-array indexing) and where, with their
+gradient ops (slice_grad writes back into zeros; gather_grad scatter-adds repeated indices)."""
+
+from __future__ import annotations
+
+import builtins
+
+from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
+from ops.registry import Attr, register
+from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
+from tape.tape import apply
+
+
+def _slice_index(attrs, ndim):
+    """The tuple of Python slices ``X[...]`` takes for the slice attributes.
+
+    (This module's ``slice`` is the op, hence ``builtins.slice``.)
+    """
+    index = [builtins.slice(None)] * ndim
+    strides = attrs["strides"] or (1,) * len(attrs["axes"])
+    cuts = zip(attrs["axes"], attrs["starts"], attrs["ends"], strides, strict=True)
+    for axis, start, end, stride in cuts:
+        index[axis % ndim] = builtins.slice(start, end, stride)
+    return tuple(index)
+
+
+def _infer_slice(attrs, x):
+    """Out's shape; X's shape sliced but with the decreased axes kept (the kernels need it)."""
+    ndim, axes = len(x.shape), attrs["axes"]
+    lengths = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or axes)}
+    if lengths != {len(axes)}:
+        raise AttrError(None, "attributes 'axes', 'starts', 'ends' and 'strides' differ in length",
+                        expected="one start, end (and stride) per axis",
+                        actual=f"axes={axes}, starts={attrs['starts']}, ends={attrs['ends']}, "
+                        f"strides={attrs['strides']}")
+    normalize_axes(None, axes, ndim)
+    sliced = list(x.shape)
+    for axis, cut in enumerate(_slice_index(attrs, ndim)):
+        sliced[axis] = len(range(*cut.indices(sliced[axis])))
+    drop = normalize_axes(None, attrs["decrease_axis"], ndim)
+    for axis in drop:
+        if sliced[axis] != 1:
+            raise ShapeError(None, f"decrease_axis {axis} has extent {sliced[axis]} after slicing",
+                             expected="extent 1 on every axis in decrease_axis",
+                             actual=f"sliced shape {tuple(sliced)}")
+    return tuple(d for i, d in enumerate(sliced) if i not in drop), x.dtype
+
+
+_SLICE_ATTRS = {
+    "axes": Attr("ints", required=True),
+    "starts": Attr("ints", required=True),
+    "ends": Attr("ints", required=True),
+    "strides": Attr("ints", (), check=lambda v: 0 not in v, rule="no zero strides"),
+    "decrease_axis": Attr("ints", ()),
+}
+
+
+@register("slice", inputs=("X",), attrs=_SLICE_ATTRS, infer=_infer_slice, no_need_buffer=("X",))
+def slice(xp, attrs, x):  # noqa: A001  (Paddle's name)
+    """Out = X[starts:ends:strides] on ``axes`` (Python slicing: negatives count from the end,
+    bounds are clamped), without the extent-1 axes listed in ``decrease_axis``.
+
+    dX = slice_grad(X, dOut): dOut written into zeros of X's shape.
+    """
+    out = x[_slice_index(attrs, x.ndim)]
+    if attrs["decrease_axis"]:
+        out = xp.squeeze(out, axis=attrs["decrease_axis"])
+    return out
+
+
+@slice.gradient
+def _(g):
+    return (apply(slice_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
+
+
+def _infer_slice_grad(attrs, x, gout):
+    shape, _ = _infer_slice(attrs, x)
+    if gout.shape != shape:
+        raise ShapeError(None, "Out@GRAD does not have the slice's shape",
+                         expected=f"{shape} (slice of X.shape={x.shape})", actual=str(gout.shape))
+    return x.shape, gout.dtype
+
+
+@register("slice_grad", inputs=("X", "Out@GRAD"), attrs=_SLICE_ATTRS, infer=_infer_slice_grad,
+          no_need_buffer=("X",))
+def slice_grad(xp, attrs, x, gout):
+    """Out = zeros of X's shape with Out@GRAD written into the slice (X's values are unused).
+
+    d(Out@GRAD) = slice(dOut); X gets no gradient.
+    """
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    window = gx[_slice_index(attrs, len(x.shape))]
+    window[...] = gout.reshape(window.shape)
+    return gx
+
+
+@slice_grad.gradient
+def _(g):
+    return None, apply(slice, (g.gouts[0],), g.attrs)
+
+
+def _infer_gather(attrs, x, index):
+    if index.dtype.kind not in "iu":
+        raise DTypeError(None, "input Index must hold integers", expected="an integer dtype",
+                         actual=str(index.dtype))
+    if not x.shape:
+        raise ShapeError(None, "X must have at least one dimension", actual="X.shape == ()")
+    axis = normalize_axis(None, attrs["axis"], len(x.shape))
+    dim, known = x.shape[axis], index._value
+    if known is not None and known.size:
+        low, high = int(known.min()), int(known.max())
+        if low < -dim or high >= dim:
+            bad = high if high >= dim else low
+            raise IndexingError(None, f"index {bad} is out of range for axis {axis} of extent "
+                                f"{dim}", expected=f"-{dim} <= Index < {dim}",
+                                actual=f"Index values in [{low}, {high}], X.shape={x.shape}")
+    return x.shape[:axis] + index.shape + x.shape[axis + 1:], x.dtype
+
+
+@register("gather", inputs=("X", "Index"), attrs={"axis": Attr("int", 0)}, infer=_infer_gather,
+          no_need_buffer=("X",))
+def gather(xp, attrs, x, index):
+    """Out = take(X, Index, axis) (negative indices count from the end); Out.shape is
+    X.shape[:axis] + Index.shape + X.shape[axis + 1:].
+
+    dX = gather_grad(X, Index, dOut): dOut scatter-added into zeros (repeats accumulate).
+    """
+    return xp.take(x, index, axis=attrs["axis"])
+
+
+@gather.gradient
+def _(g):
+    x, index = g.inputs
+    return apply(gather_grad, (x, index, g.gouts[0]), g.attrs), None
+
+
+def _infer_gather_grad(attrs, x, index, gout):
+    shape, _ = _infer_gather(attrs, x, index)
+    if gout.shape != shape:
+        raise ShapeError(None, "Out@GRAD does not have the gather's shape",
+                         expected=str(shape), actual=str(gout.shape))
+    return x.shape, gout.dtype
+
+
+@register("gather_grad", inputs=("X", "Index", "Out@GRAD"), attrs={"axis": Attr("int", 0)},
+          infer=_infer_gather_grad, no_need_buffer=("X",))
+def gather_grad(xp, attrs, x, index, gout):
+    """Out = zeros of X's shape with Out@GRAD added at Index along ``axis`` (X's values unused).
+
+    d(Out@GRAD) = gather(dOut, Index, axis); X and Index get none.
+    """
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    xp.add.at(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    return gx
+
+
+@gather_grad.kernel_for("gpu")
+def _(xp, attrs, x, index, gout):
+    import cupyx  # only reached with cupy arrays; older cupy has no ufunc.at
+
+    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    cupyx.scatter_add(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    return gx
+
+
+def _along(axis, ndim, index):
+    return (builtins.slice(None),) * (axis % ndim) + (index,)
+
+
+@gather_grad.gradient
+def _(g):
+    _, index, _ = g.inputs
+    return None, None, apply(gather, (g.gouts[0], index), g.attrs)
+
+
+def _infer_where(attrs, condition, x, y):
+    if condition.dtype.kind != "b":
+        raise DTypeError(None, "input Condition must be boolean", expected="bool",
+                         actual=str(condition.dtype))
+    values = broadcast_shapes(None, x.shape, y.shape)
+    return broadcast_shapes(None, condition.shape, values, "Condition", "X and Y"), \
+        result_dtype(x, y)
+
+
+@register("where", inputs=("Condition", "X", "Y"), infer=_infer_where, no_need_buffer=("X", "Y"))
+def where(xp, attrs, condition, x, y):
+    """Out = X where Condition else Y (all three broadcast).
+
+    dX = where(Condition, dOut, 0) and dY = where(Condition, 0, dOut), each summed to its shape.
+    """
+    return xp.where(condition, x, y)
+
+
+@where.gradient
+def _(g):
+    from tape.constants import constant
+
+    condition, x, y = g.inputs
+    (gout,) = g.gouts
+    zero = constant(0, gout)
+    gx = _to_input(apply(where, (condition, gout, zero), {}), x) if g.needs(1) else None
+    gy = _to_input(apply(where, (condition, zero, gout), {}), y) if g.needs(2) else None
+    return None, gx, gy
+
+
+def _to_input(grad, var):
+    """A broadcast, promoted gradient reduced to ``var``'s shape and cast to its dtype."""
+    from ops.reduce import sum_to
+    from ops.unary import cast
+
+    grad = sum_to(grad, var.shape)
+    return grad if grad.dtype == var.dtype else apply(cast, (grad,), {"out_dtype": var.dtype.name})
