@@ -96,6 +96,7 @@ def _assert_same(want, got):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # errstate does not reach pool threads
 @SETTINGS
 @given(st.data())
 def test_lazy_equals_eager_and_threads_equal_program_order(data):
