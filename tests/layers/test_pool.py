@@ -46,6 +46,14 @@ def test_max_pool_gradient_goes_to_the_first_maximum_of_a_window():
     np.testing.assert_array_equal(x.grad().numpy(), [[[[0.0, 1.0], [0.0, 0.0]]]])
 
 
+def test_a_nan_is_the_maximum_and_its_first_occurrence_takes_the_gradient():
+    x = tape.Variable(np.array([[[[1.0, np.nan], [np.nan, 5.0]]]]), requires_grad=True)
+    out = ops.pool2d(x, ksize=[2, 2])
+    tape.backward(out.sum())
+    assert np.isnan(out.numpy()).all()
+    np.testing.assert_array_equal(x.grad().numpy(), [[[[0.0, 1.0], [0.0, 0.0]]]])
+
+
 def test_overlapping_windows_add_their_gradients():
     x0 = distinct((1, 1, 5, 5))(RNG, np.float64)
     x = tape.Variable(x0, requires_grad=True)
