@@ -132,9 +132,11 @@ def _(g):
     padding_idx = g.attrs["padding_idx"]
     if padding_idx >= 0:
         from ops.elementwise import elementwise_mul
+        from ops.xp import array_module, default_module
         from tape.variable import Variable
 
-        keep = np.ones((w.shape[0], 1), dtype=hess.dtype)
+        xp = array_module(ids._value) if ids._value is not None else default_module()
+        keep = xp.ones((w.shape[0], 1), dtype=hess.dtype)
         keep[padding_idx] = 0
         hess = apply(elementwise_mul, (hess, Variable(keep)), {"axis": -1})
     return None, None, apply(lookup_table, (hess, ids), {"padding_idx": -1})
