@@ -73,7 +73,7 @@ def layer_norm_grad_reference(x, scale, mean, var, gy, begin_norm_axis=1, epsilo
     affine = x.shape[begin_norm_axis:]
     rows, grows = x.reshape(len(mean), -1), gy.reshape(len(mean), -1)
     gx, gscale, gbias = np.zeros(rows.shape), np.zeros(rows.shape[1]), np.zeros(rows.shape[1])
-    for i, (row, g) in enumerate(zip(rows, grows)):
+    for i, (row, g) in enumerate(zip(rows, grows, strict=True)):
         inv_std = 1 / math.sqrt(var[i] + epsilon)
         xhat = (row - mean[i]) * inv_std
         gscale += g * xhat
