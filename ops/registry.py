@@ -15,6 +15,8 @@ the op on the current tape. Everything known about an op is declared once, besid
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from tape.errors import AttrError, InputError
@@ -264,9 +266,19 @@ def register(op_type, inputs=(), outputs=("Out",), attrs=None, infer=None, **fac
             raise TypeError(f"op '{op_type}' needs an infer function")
         opdef = OpDef(op_type, inputs, outputs, attrs, infer, kernel, **facts)
         REGISTRY[op_type] = opdef
+        _expose_doctest(kernel, opdef)
         return opdef
 
     return make
+
+
+def _expose_doctest(kernel, opdef):
+    """doctest only collects functions and classes, not OpDef objects: list the op's examples in
+    its module's ``__test__`` so they run with the suite."""
+    if ">>>" in (opdef.__doc__ or ""):
+        module = sys.modules.get(kernel.__module__)
+        if module is not None:
+            module.__dict__.setdefault("__test__", {})[opdef.type] = opdef.__doc__
 
 
 def unregister(op_type):
