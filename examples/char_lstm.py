@@ -8,7 +8,7 @@ shorter. Gradients are clipped by their global norm. At the end it prints the lo
 held-out tail of the text (against the unigram baseline) and a sample drawn from the model
 character by character with a temperature.
 
-Run (about a minute on 2 cores):
+Run (about 20 s on 2 cores):
     pip install -e ".[examples]" && python examples/char_lstm.py
     python examples/char_lstm.py --steps 2000 --temperature 0.5
     python examples/char_lstm.py --quick          # a few steps, what the smoke test runs

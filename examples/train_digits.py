@@ -7,7 +7,7 @@ AdamW with a cosine learning-rate schedule; ``model.train()`` / ``model.eval()``
 into a freshly built model that must score exactly the same; a loss/accuracy curve as a PNG.
 Both models reach >= 97% test accuracy (the script exits with status 1 otherwise).
 
-Run (about half a minute on 2 cores):
+Run (about 15 s on 2 cores):
     pip install -e ".[examples]" && python examples/train_digits.py
     python examples/train_digits.py --model cnn --epochs 20 --out runs/cnn
     python examples/train_digits.py --quick       # a few steps, what the smoke test runs

@@ -9,7 +9,7 @@ records whatever shape the tree has and is reset for every mini-batch of trees (
 by one). It prints the loss falling and the accuracy on held-out expressions against the
 majority-class baseline, and on trees larger than any seen in training.
 
-Run (about a minute on 2 cores):
+Run (about 50 s on 2 cores):
     pip install -e ".[examples]" && python examples/tree_rnn.py
     python examples/tree_rnn.py --quick          # a few steps, what the smoke test runs
 """
