@@ -23,12 +23,30 @@ _LIBRARY_DIRS = tuple(
 def user_location(skip=1):
     """'file.py:42 in fn' for the innermost frame outside the library (the user's line)."""
     frame = sys._getframe(skip)
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+    while frame is not None:
+        code = frame.f_code
+        inside = _inside.get(code)
+        if inside is None:
+            inside = _inside[code] = code.co_filename.startswith(_LIBRARY_DIRS)
+        if not inside:
+            break
         frame = frame.f_back
     if frame is None:
         return None
-    code = frame.f_code
-    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+    key = (code, frame.f_lineno)
+    text = _formatted.get(key)
+    if text is None:
+        if len(_formatted) > 4096:
+            _formatted.clear()
+            _inside.clear()
+        text = _formatted[key] = \
+            f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+    return text
+
+
+# Lazy mode asks for the location of every op it records: both answers are cached per code
+# object (and line), so the walk costs a dict lookup per frame.
+_inside, _formatted = {}, {}
 
 
 class FluidError(Exception):

@@ -36,6 +36,7 @@ from tape.ir import from_ops
 from tape.passes import execute, pipeline
 from tape.passes.dependencies import ordered_kind
 from tape.passes.plan import CACHE, stand_ins
+from tape.variable import Variable
 
 
 class _Options(threading.local):
@@ -55,7 +56,8 @@ class lazy:
         validate: also run every plan the eager way and compare the results bit for bit.
         debug: verify the IR between passes and print one line per pass (see pipeline).
 
-    Leaving the block runs whatever is still pending on the global tape.
+    Leaving the block runs what is still pending on the global tape and observable: the values
+    the user holds and the side effects.
 
     >>> import numpy as np, tape, ops
     >>> with tape.lazy():
@@ -90,7 +92,7 @@ class lazy:
         if current is None or current.lazy == outer:
             return
         if exc_type is None and current._pending_ops:
-            realize(current, [v for op in current._pending_ops for v in op.output_vars()])
+            _run(current, None)
         current.lazy = outer
         current.record_all = record_all if current is entered else outer
 
@@ -136,12 +138,17 @@ def _run(tape, targets):
 
 class _Scan:
     """The tape in canonical form: every op (ran or pending) with variables numbered by first
-    appearance; ``key`` is hashable and equal for tapes of the same structure."""
+    appearance. ``key`` is hashable and equal for tapes of the same structure: per op its
+    definition, attributes, whether it is pending, and its input and output slots (lists as
+    tuples), delimited by -1 and -2. ``refs`` counts the references the tape's ops hold to each
+    variable (an argument tuple two ops share holds one); ``produced`` is the set of slots
+    pending ops write."""
 
     def __init__(self, tape, targets):
-        self.tape, self.pending = tape, list(tape._pending_ops)
+        self.pending = list(tape._pending_ops)
         pending_ids = {id(op) for op in self.pending}
-        index, variables, signatures, refs, seen = {}, [], [], [], set()
+        index, variables, signatures, refs, shared, produced = {}, [], [], [], set(), set()
+        handles = [op for op in tape._ops if op is not None]
 
         def number(var, counted):
             slot = index.get(id(var))
@@ -155,40 +162,74 @@ class _Scan:
                 refs[slot] += 1
             return slot
 
-        def entries(container):
-            counted = id(container) not in seen  # a shared container holds one reference
-            seen.add(id(container))
-            out = []
-            for entry in container:
-                if entry is None:
-                    out.append(None)
-                elif entry.__class__ is list or entry.__class__ is tuple:
-                    out.append(tuple(entries(entry)))
-                else:
-                    out.append(number(entry, counted))
-            return out
+        def entry_key(entry, counted):
+            if entry is None:
+                return None
+            if entry.__class__ is list or entry.__class__ is tuple:
+                return tuple(entry_key(e, counted) for e in entry)
+            return number(entry, counted)
 
-        ops = []
-        for op in tape._ops:
-            if op is None:
-                continue
-            attrs = tuple(op.attrs.items())
-            ops.append((op.defn, attrs, id(op) in pending_ids, tuple(entries(op.args)),
-                        tuple(entries(op.results))))
-        self.targets = tuple(number(v, False) for v in targets)
-        self.ops, self.variables, self.refs, self.index = ops, variables, refs, index
+        key = []
+        add = key.append
+        for op in handles:
+            pending = id(op) in pending_ids
+            add(op.defn)
+            add(tuple(op.attrs.items()))
+            add(pending)
+            args = op.args
+            counted = id(args) not in shared
+            shared.add(id(args))
+            for entry in args:
+                slot = index.get(id(entry))
+                if slot is not None and entry.__class__ is Variable:  # the common case
+                    if counted:
+                        refs[slot] += 1
+                    add(slot)
+                else:
+                    add(entry_key(entry, counted))
+            add(-1)
+            for entry in op.results:  # result tuples are made by record: never shared
+                slot = entry_key(entry, True)
+                add(slot)
+                if pending:
+                    produced.update(_flat((slot,)))
+            add(-2)
+        if targets is None:  # whatever pending op computes a value the user holds
+            self.targets = tuple(sorted(s for s in produced if _held(variables, refs, s)))
+        else:
+            self.targets = tuple(entry_key(v, False) for v in targets)
+        self.handles, self.pending_ids, self.index = handles, pending_ids, index
+        self.variables, self.refs, self.produced = variables, refs, produced
         first = next((v._value for v in variables if v._value is not None), None)
         self.xp = array_module(first) if first is not None else default_module()
-        self.key = _hashable(("lazy", tuple(ops), tuple(signatures), self.targets, self.xp))
+        self.key = _hashable(("lazy", tuple(key), tuple(signatures), self.targets, self.xp))
+
+    def ops(self):
+        """(definition, pending, input slots, output slots) per op, for the analysis."""
+        index = self.index
+
+        def slots(entry):
+            if entry is None:
+                return None
+            if entry.__class__ is list or entry.__class__ is tuple:
+                return tuple(slots(e) for e in entry)
+            return index[id(entry)]
+
+        return [(op.defn, id(op) in self.pending_ids, slots(op.args), slots(op.results))
+                for op in self.handles]
 
     def missing_target(self):
         """A requested variable that is freed and that no pending op computes, if any."""
-        produced = {s for _, _, pending, _, outs in self.ops if pending for s in _flat(outs)}
         for slot in self.targets:
             var = self.variables[slot]
-            if var._value is None and slot not in produced:
+            if var._value is None and slot not in self.produced:
                 return var
         return None
+
+def _held(variables, refs, slot):
+    """Whether the user holds the Variable in ``slot``: getrefcount sees the variables list,
+    its own argument and the tape's ops (``refs``); any further reference is someone else's."""
+    return sys.getrefcount(variables[slot]) > refs[slot] + 2
 
 
 def _flat(entries):
@@ -248,7 +289,7 @@ def _keep(scan, ran):
     """Slots no run of this structure may free (see the module docstring)."""
     keep, produced = set(), set()
     pending_index = 0
-    for defn, _, pending, ins, outs in scan.ops:
+    for defn, pending, ins, outs in scan.ops():
         out_slots = list(_flat(outs))
         produced.update(out_slots)
         outside = False
@@ -275,10 +316,8 @@ def _awaits_backward(defn, out_slots, variables):
 
 def _execute(tape, scan, entry):
     """Binds, runs and writes back one plan; returns a freed input to recompute, or None."""
-    variables, refs = scan.variables, scan.refs
-    # getrefcount sees the variables list, its own argument and the tape's ops (refs): any
-    # further reference is the user's.
-    held = frozenset(s for s in entry.candidates if sys.getrefcount(variables[s]) > refs[s] + 2)
+    variables = scan.variables
+    held = frozenset(s for s in entry.candidates if _held(variables, scan.refs, s))
     compiled = entry.plan(held)
     vals = [None] * compiled.slots
     for slot in compiled.inputs:

@@ -300,6 +300,15 @@ def record(tape, defn, args, attrs, given=None):
         if grad or tape.record_all:
             tape._ops.append(OpHandle(defn, args, (out,), attrs, None, len(tape._ops)))
         return out
+    if defn.fast and given is None:
+        # Lazy, one output: record only; the scheduler runs the kernel when a value is needed.
+        shape, dtype = descs
+        out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
+        out._pending = tape
+        op = OpHandle(defn, args, (out,), attrs, user_location(), len(tape._ops))
+        tape._ops.append(op)
+        tape._pending_ops.append(op)
+        return out
     if defn.single_output:
         descs = (descs,)
     if tape.lazy:

@@ -1,0 +1,74 @@
+"""Lazy-mode variants of the workloads: the same user code run under ``tape.lazy()``.
+
+``lazy_variant(setup)`` turns a workload's ``setup_fluidtape`` into a setup whose step records
+the whole iteration lazily and runs it as one cached plan when the step returns (leaving the
+``lazy()`` block runs what the user holds -- the loss and the gradients -- and the updates).
+The harness registers it as one more implementation::
+
+    from benchmarks.bench_lazy import lazy_variant
+    IMPLEMENTATIONS["fluidtape-lazy"] = lazy_variant(setup_fluidtape)
+
+Run standalone, this module times eager fluidtape, lazy fluidtape and PyTorch on the overhead
+and lstm workloads with the shared harness (plan cache warm after the warm-up)::
+
+    python -m benchmarks.bench_lazy [--only overhead,lstm] [--reps 9] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+
+def lazy_variant(setup, threads=0):
+    """A setup running ``setup``'s step in lazy mode (``threads`` > 1: on a thread pool)."""
+
+    def setup_lazy(config, data):
+        import tape
+
+        step = setup(config, data)
+
+        def fluidtape_lazy_step():
+            with tape.lazy(threads=threads):
+                return step()
+
+        return fluidtape_lazy_step
+
+    setup_lazy.__doc__ = f"{setup.__doc__ or 'fluidtape'} (lazy mode, cached plan)"
+    return setup_lazy
+
+
+def implementations(workload):
+    """The workload's fluidtape and torch setups plus the lazy variant, by name."""
+    found = {name: workload.IMPLEMENTATIONS[name] for name in ("fluidtape", "torch")
+             if name in workload.IMPLEMENTATIONS}
+    if "fluidtape" in found:
+        found["fluidtape-lazy"] = lazy_variant(workload.IMPLEMENTATIONS["fluidtape"])
+    return found
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="overhead,lstm")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    from benchmarks import harness
+
+    harness.set_threads(args.threads)
+    for name in args.only.split(","):
+        workload = importlib.import_module(f"benchmarks.{name}")
+        config = dict(workload.DEFAULT)
+        data = workload.make_data(config)
+        steps = {impl: setup(config, data) for impl, setup in implementations(workload).items()}
+        results = harness.measure(steps, harness.Options(reps=args.reps))
+        scale = workload.scale(config)
+        torch = next((m.median for m in results if m.name == "torch"), None)
+        print(f"{workload.TITLE} ({workload.UNIT})")
+        for m in results:
+            ratio = f"  {m.median / torch:.2f}x torch" if torch else ""
+            print(f"  {m.name:16s} {m.median * scale:9.2f}{ratio}")
+
+
+if __name__ == "__main__":
+    main()
