@@ -24,6 +24,7 @@ from tape.errors import (  # noqa: F401  (the public error types)
 from tape.variable import Variable
 from tape.tape import OpHandle, Tape, get_global_tape, reset_global_tape
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
+from ops.blas import get_num_threads, set_num_threads
 from ops.xp import device, gpu_available
 from tape import backward as _backward
 from tape.random_state import seed
@@ -57,6 +58,7 @@ def grad(loss, inputs, grad=None, retain_graph=False, create_graph=False):
 __all__ = [
     "Variable", "Tape", "OpHandle", "get_global_tape", "reset_global_tape", "backward", "grad",
     "no_grad", "enable_grad", "is_grad_enabled", "seed", "device", "gpu_available",
+    "set_num_threads", "get_num_threads",
     "FluidError", "ShapeError", "DTypeError", "AttrError", "InputError", "GraphError",
     "ExecutionError", "save", "load", "lazy", "explain", "Program", "Block", "OpDesc",
     "VarDesc", "Executor", "save_inference_program", "load_inference_program",
