@@ -173,14 +173,6 @@ def save_curves(histories, path):
     plt.close(fig)
 
 
-def blas_threads(count):
-    """A context capping the BLAS thread pool. This example's matrices are tiny: extra BLAS
-    threads cost more than they save, and when other processes load the cores, OpenBLAS's
-    spinning threads made each small matmul 10-20x slower (measured on the 2-core machine)."""
-    from threadpoolctl import threadpool_limits  # installed with scikit-learn
-
-    return threadpool_limits(limits=count, user_api="blas")
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -211,7 +203,7 @@ def main(argv=None):
     """Parses ``argv`` and trains the chosen models; returns {kind: {"accuracy",
     "reloaded_accuracy", "checkpoint", "seconds", "history"}, "curves": path, "passed": bool}."""
     args = parse_args(argv)
-    with blas_threads(args.blas_threads):
+    with tape.blas_threads(args.blas_threads):
         return run(args)
 
 

@@ -87,3 +87,24 @@ class single_threaded:
     def __exit__(self, *exc):
         if self.previous is not None:
             _probe()[2](self.previous)
+
+
+class blas_threads:
+    """Context manager setting the process's BLAS thread count for its duration.
+
+    >>> import tape
+    >>> with tape.blas_threads(1):
+    ...     pass
+    """
+
+    def __init__(self, count):
+        self.count = int(count)
+
+    def __enter__(self):
+        self.previous = get_num_threads()
+        set_num_threads(self.count)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            set_num_threads(self.previous)

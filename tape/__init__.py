@@ -11,6 +11,10 @@ array([2., 4., 6.], dtype=float32)
 """
 
 import ops  # noqa: F401  (loads the op table first; it wires the engine in)
+from ops.blas import blas_threads, get_num_threads, set_num_threads
+from ops.xp import device, gpu_available
+from tape import backward as _backward
+from tape.checkpoint import load, save
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
     DTypeError,
@@ -21,17 +25,13 @@ from tape.errors import (  # noqa: F401  (the public error types)
     InputError,
     ShapeError,
 )
-from tape.variable import Variable
-from tape.tape import OpHandle, Tape, get_global_tape, reset_global_tape
+from tape.executor import Executor, load_inference_program, save_inference_program
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
-from ops.blas import get_num_threads, set_num_threads
-from ops.xp import device, gpu_available
-from tape import backward as _backward
+from tape.ir import Block, OpDesc, Program, VarDesc
+from tape.lazy import explain, lazy
 from tape.random_state import seed
-from tape.checkpoint import save, load
-from tape.ir import Program, Block, OpDesc, VarDesc
-from tape.executor import Executor, save_inference_program, load_inference_program
-from tape.lazy import lazy, explain
+from tape.tape import OpHandle, Tape, get_global_tape, reset_global_tape
+from tape.variable import Variable
 
 
 def backward(loss, grad=None, retain_graph=False, create_graph=False):
@@ -58,7 +58,7 @@ def grad(loss, inputs, grad=None, retain_graph=False, create_graph=False):
 __all__ = [
     "Variable", "Tape", "OpHandle", "get_global_tape", "reset_global_tape", "backward", "grad",
     "no_grad", "enable_grad", "is_grad_enabled", "seed", "device", "gpu_available",
-    "set_num_threads", "get_num_threads",
+    "set_num_threads", "get_num_threads", "blas_threads",
     "FluidError", "ShapeError", "DTypeError", "AttrError", "InputError", "GraphError",
     "ExecutionError", "save", "load", "lazy", "explain", "Program", "Block", "OpDesc",
     "VarDesc", "Executor", "save_inference_program", "load_inference_program",
