@@ -237,12 +237,14 @@ class _mode:
         self.tape, self.create_graph = tape, create_graph
 
     def __enter__(self):
-        self.saved = (state.tape, state.grad_enabled, state.trusted)
+        self.saved = (state.tape, state.grad_enabled, state.trusted, state.location)
         state.tape, state.grad_enabled = self.tape, self.create_graph
         state.trusted = not self.create_graph and not self.tape.lazy
+        if self.tape.lazy:  # every gradient op is recorded from the user's backward call
+            state.location = user_location()
 
     def __exit__(self, *exc):
-        state.tape, state.grad_enabled, state.trusted = self.saved
+        state.tape, state.grad_enabled, state.trusted, state.location = self.saved
 
 
 __all__ = ["GradContext", "backward", "grad", "apply"]

@@ -136,6 +136,46 @@ def _run(tape, targets):
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
 
 
+class _Numbering:
+    """Variables numbered by first appearance, with their signatures and the references the
+    tape's ops hold to them. (A class, not closures: a recursive closure is a reference cycle,
+    which would keep the numbered Variables -- and their buffers -- alive until the next
+    garbage collection and make them look held.)"""
+
+    __slots__ = ("index", "variables", "signatures", "refs")
+
+    def __init__(self):
+        self.index, self.variables, self.signatures, self.refs = {}, [], [], []
+
+    def number(self, var, counted):
+        slot = self.index.get(id(var))
+        if slot is None:
+            slot = self.index[id(var)] = len(self.variables)
+            self.variables.append(var)
+            self.signatures.append((var.shape, var.dtype, var.requires_grad, var.persistable,
+                                    var._released))
+            self.refs.append(0)
+        if counted:
+            self.refs[slot] += 1
+        return slot
+
+    def entry(self, entry, counted):
+        """A slot, a tuple of slots for a list of Variables, or None."""
+        if entry is None:
+            return None
+        if entry.__class__ is list or entry.__class__ is tuple:
+            return tuple(self.entry(e, counted) for e in entry)
+        return self.number(entry, counted)
+
+    def slots(self, entry):
+        """Like ``entry`` for Variables already numbered, counting nothing."""
+        if entry is None:
+            return None
+        if entry.__class__ is list or entry.__class__ is tuple:
+            return tuple(self.slots(e) for e in entry)
+        return self.index[id(entry)]
+
+
 class _Scan:
     """The tape in canonical form: every op (ran or pending) with variables numbered by first
     appearance. ``key`` is hashable and equal for tapes of the same structure: per op its
@@ -147,28 +187,9 @@ class _Scan:
     def __init__(self, tape, targets):
         self.pending = list(tape._pending_ops)
         pending_ids = {id(op) for op in self.pending}
-        index, variables, signatures, refs, shared, produced = {}, [], [], [], set(), set()
+        numbering = self.numbering = _Numbering()
+        index, refs, shared, produced = numbering.index, numbering.refs, set(), set()
         handles = [op for op in tape._ops if op is not None]
-
-        def number(var, counted):
-            slot = index.get(id(var))
-            if slot is None:
-                slot = index[id(var)] = len(variables)
-                variables.append(var)
-                signatures.append((var.shape, var.dtype, var.requires_grad, var.persistable,
-                                   var._released))
-                refs.append(0)
-            if counted:
-                refs[slot] += 1
-            return slot
-
-        def entry_key(entry, counted):
-            if entry is None:
-                return None
-            if entry.__class__ is list or entry.__class__ is tuple:
-                return tuple(entry_key(e, counted) for e in entry)
-            return number(entry, counted)
-
         key = []
         add = key.append
         for op in handles:
@@ -186,35 +207,29 @@ class _Scan:
                         refs[slot] += 1
                     add(slot)
                 else:
-                    add(entry_key(entry, counted))
+                    add(numbering.entry(entry, counted))
             add(-1)
             for entry in op.results:  # result tuples are made by record: never shared
-                slot = entry_key(entry, True)
+                slot = numbering.entry(entry, True)
                 add(slot)
                 if pending:
                     produced.update(_flat((slot,)))
             add(-2)
+        variables = numbering.variables
         if targets is None:  # whatever pending op computes a value the user holds
             self.targets = tuple(sorted(s for s in produced if _held(variables, refs, s)))
         else:
-            self.targets = tuple(entry_key(v, False) for v in targets)
-        self.handles, self.pending_ids, self.index = handles, pending_ids, index
+            self.targets = tuple(numbering.entry(v, False) for v in targets)
+        self.handles, self.pending_ids = handles, pending_ids
         self.variables, self.refs, self.produced = variables, refs, produced
         first = next((v._value for v in variables if v._value is not None), None)
         self.xp = array_module(first) if first is not None else default_module()
-        self.key = _hashable(("lazy", tuple(key), tuple(signatures), self.targets, self.xp))
+        self.key = _hashable(("lazy", tuple(key), tuple(numbering.signatures), self.targets,
+                              self.xp))
 
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
-        index = self.index
-
-        def slots(entry):
-            if entry is None:
-                return None
-            if entry.__class__ is list or entry.__class__ is tuple:
-                return tuple(slots(e) for e in entry)
-            return index[id(entry)]
-
+        slots = self.numbering.slots
         return [(op.defn, id(op) in self.pending_ids, slots(op.args), slots(op.results))
                 for op in self.handles]
 
@@ -225,6 +240,7 @@ class _Scan:
             if var._value is None and slot not in self.produced:
                 return var
         return None
+
 
 def _held(variables, refs, slot):
     """Whether the user holds the Variable in ``slot``: getrefcount sees the variables list,

@@ -188,6 +188,8 @@ class _ThreadState(threading.local):
         self.lazy = False
         # True inside an eager backward that records nothing (see _run_trusted).
         self.trusted = False
+        # Inside a lazy backward: the user's line every gradient op is recorded from.
+        self.location = None
 
 
 state = _ThreadState()
@@ -305,7 +307,8 @@ def record(tape, defn, args, attrs, given=None):
         shape, dtype = descs
         out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
         out._pending = tape
-        op = OpHandle(defn, args, (out,), attrs, user_location(), len(tape._ops))
+        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(),
+                      len(tape._ops))
         tape._ops.append(op)
         tape._pending_ops.append(op)
         return out
@@ -325,7 +328,7 @@ def record(tape, defn, args, attrs, given=None):
         op = OpHandle(defn, args, results, attrs, None, len(tape._ops))
         tape._ops.append(op)
         if tape.lazy:
-            op.location = user_location()
+            op.location = state.location or user_location()
             tape._pending_ops.append(op)
     if defn.single_output:
         return results[0]

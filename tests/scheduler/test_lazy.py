@@ -1,6 +1,8 @@
 """Lazy mode: recording without running, realizing on demand, early release, what is kept, the
 plan cache, errors, and the debug/validate flags."""
 
+import gc
+import sys
 import weakref
 
 import numpy as np
@@ -144,6 +146,23 @@ def test_variables_the_user_holds_are_kept():
         assert hidden._value is not None and hidden._pending is None
         assert out._value is not None
         np.testing.assert_array_equal(hidden.numpy(), model[0](tape.Variable(xs)).numpy())
+
+
+def test_a_run_leaves_no_reference_to_the_variables_behind():
+    """Otherwise a Variable would look held by the user, and keep its buffer, until the next
+    garbage collection (a reference cycle in the scheduler would do that)."""
+    gc.disable()
+    try:
+        with tape.lazy():
+            tape.reset_global_tape()
+            hidden = ops.tanh(tape.Variable(np.ones(3, np.float32)))
+            out = ops.exp(hidden)
+            before = sys.getrefcount(hidden)
+            out.numpy()
+            ops.neg(out).numpy()
+            assert sys.getrefcount(hidden) == before
+    finally:
+        gc.enable()
 
 
 def test_a_freed_value_asked_for_later_is_recomputed():
