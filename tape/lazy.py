@@ -9,34 +9,25 @@ and marks the forward ops released; they run with the next request, so a trainin
 runs as one plan and each forward activation is freed right after its last gradient op.
 ``reset_global_tape()`` first runs what the old tape still owes (its side effects).
 
-Which buffers a run may free. Never: parameters and other persistable variables, the requested
-variables, leaves (nothing could recompute them), variables that pending ops outside this run or
-a later backward may read (inputs -- except no-need-buffer ones -- and outputs of differentiable
-ops not yet released by a backward), and variables the user still holds. "Held" is decided
-with reference counts: a Variable referenced from anywhere but the tape's own ops (a user's
-name, a layer attribute, another tape, ``param.grad()``) has more references than the tape
-accounts for. Counting errs only towards keeping. A freed variable stays pending, so an
-unexpected later request recomputes it (pure ops only).
-
-The analysis is cached by the tape's structure (op types, attributes, wiring, shapes, dtypes,
-flags, which ops already ran, what was requested), so a loop recording the same tape every step
-pays only for a scan, binding and the kernels.
+A run frees every buffer nothing can read any more (``tape.trace`` says what it must keep: what
+the user holds, what later ops or a later backward may read). A freed variable stays pending, so
+an unexpected later request recomputes it (pure ops only). The analysis is cached by the tape's
+structure (op types, attributes, wiring, shapes, dtypes, flags, which ops already ran, what was
+requested), so a loop recording the same tape every step pays only for a scan, binding and the
+kernels.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import numpy as np
 
-from ops.xp import array_module, default_module, to_numpy
+from ops.xp import to_numpy
 from tape.errors import GraphError
-from tape.ir import from_ops
 from tape.passes import execute, pipeline
-from tape.passes.dependencies import ordered_kind
 from tape.passes.plan import CACHE, stand_ins
-from tape.variable import Variable
+from tape.trace import Trace, compile_trace, effectful, flat, held
 
 
 class _Options(threading.local):
@@ -89,12 +80,13 @@ class lazy:
         state.lazy = outer
         options.threads, options.validate, options.debug = settings
         current = state.tape
-        if current is None or current.lazy == outer:
-            return
-        if exc_type is None and current._pending_ops:
-            _run(current, None)
-        current.lazy = outer
-        current.record_all = record_all if current is entered else outer
+        if current is not None and current.lazy != outer:
+            if exc_type is None and current._pending_ops:
+                _run(current, None)
+            current.lazy = outer
+            current.record_all = record_all if current is entered else outer
+        if entered is not current and not entered._pending_ops:  # replaced inside the block
+            entered.lazy, entered.record_all = outer, record_all
 
 
 def realize(tape, variables):
@@ -104,30 +96,31 @@ def realize(tape, variables):
 
 def flush(tape):
     """Runs the pending side effects of ``tape`` (optimizer updates, saves) and what they need."""
-    if any(_effectful(op.defn) for op in tape._pending_ops):
+    if any(effectful(op.defn) for op in tape._pending_ops):
         _run(tape, [])
 
 
-def explain(tape) -> str:
-    """What the scheduler decided for the last lazy run on ``tape``."""
+def explain(tape=None) -> str:
+    """What the scheduler decided for the last lazy run on ``tape`` (default: the global tape):
+    ops kept, dependency edges after reduction, where each variable is freed, cache hits."""
+    if tape is None:
+        from tape.tape import get_global_tape
+
+        tape = get_global_tape()
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
     return pipeline.explain(compiled, CACHE)
 
 
-def _effectful(defn):
-    return ordered_kind(defn) is not None
-
-
 def _run(tape, targets):
     for _ in range(len(tape._ops) + 1):
-        scan = _Scan(tape, targets)
+        scan = Trace(tape, targets)
         missing = scan.missing_target()
         if missing is None:
             entry = CACHE.get(scan.key)
             if entry is None:
-                entry = _compile(scan)
+                entry = compile_trace(scan, options.debug)
                 CACHE.put(scan.key, entry)
             missing = _execute(tape, scan, entry)
             if missing is None:
@@ -136,205 +129,11 @@ def _run(tape, targets):
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
 
 
-class _Numbering:
-    """Variables numbered by first appearance, with their signatures and the references the
-    tape's ops hold to them. (A class, not closures: a recursive closure is a reference cycle,
-    which would keep the numbered Variables -- and their buffers -- alive until the next
-    garbage collection and make them look held.)"""
-
-    __slots__ = ("index", "variables", "signatures", "refs")
-
-    def __init__(self):
-        self.index, self.variables, self.signatures, self.refs = {}, [], [], []
-
-    def number(self, var, counted):
-        slot = self.index.get(id(var))
-        if slot is None:
-            slot = self.index[id(var)] = len(self.variables)
-            self.variables.append(var)
-            self.signatures.append((var.shape, var.dtype, var.requires_grad, var.persistable,
-                                    var._released))
-            self.refs.append(0)
-        if counted:
-            self.refs[slot] += 1
-        return slot
-
-    def entry(self, entry, counted):
-        """A slot, a tuple of slots for a list of Variables, or None."""
-        if entry is None:
-            return None
-        if entry.__class__ is list or entry.__class__ is tuple:
-            return tuple(self.entry(e, counted) for e in entry)
-        return self.number(entry, counted)
-
-    def slots(self, entry):
-        """Like ``entry`` for Variables already numbered, counting nothing."""
-        if entry is None:
-            return None
-        if entry.__class__ is list or entry.__class__ is tuple:
-            return tuple(self.slots(e) for e in entry)
-        return self.index[id(entry)]
-
-
-class _Scan:
-    """The tape in canonical form: every op (ran or pending) with variables numbered by first
-    appearance. ``key`` is hashable and equal for tapes of the same structure: per op its
-    definition, attributes, whether it is pending, and its input and output slots (lists as
-    tuples), delimited by -1 and -2. ``refs`` counts the references the tape's ops hold to each
-    variable (an argument tuple two ops share holds one); ``produced`` is the set of slots
-    pending ops write."""
-
-    def __init__(self, tape, targets):
-        self.pending = list(tape._pending_ops)
-        pending_ids = {id(op) for op in self.pending}
-        numbering = self.numbering = _Numbering()
-        index, refs, shared, produced = numbering.index, numbering.refs, set(), set()
-        handles = [op for op in tape._ops if op is not None]
-        key = []
-        add = key.append
-        for op in handles:
-            pending = id(op) in pending_ids
-            add(op.defn)
-            add(tuple(op.attrs.items()))
-            add(pending)
-            args = op.args
-            counted = id(args) not in shared
-            shared.add(id(args))
-            for entry in args:
-                slot = index.get(id(entry))
-                if slot is not None and entry.__class__ is Variable:  # the common case
-                    if counted:
-                        refs[slot] += 1
-                    add(slot)
-                else:
-                    add(numbering.entry(entry, counted))
-            add(-1)
-            for entry in op.results:  # result tuples are made by record: never shared
-                slot = numbering.entry(entry, True)
-                add(slot)
-                if pending:
-                    produced.update(_flat((slot,)))
-            add(-2)
-        variables = numbering.variables
-        if targets is None:  # whatever pending op computes a value the user holds
-            self.targets = tuple(sorted(s for s in produced if _held(variables, refs, s)))
-        else:
-            self.targets = tuple(numbering.entry(v, False) for v in targets)
-        self.handles, self.pending_ids = handles, pending_ids
-        self.variables, self.refs, self.produced = variables, refs, produced
-        first = next((v._value for v in variables if v._value is not None), None)
-        self.xp = array_module(first) if first is not None else default_module()
-        self.key = _hashable(("lazy", tuple(key), tuple(numbering.signatures), self.targets,
-                              self.xp))
-
-    def ops(self):
-        """(definition, pending, input slots, output slots) per op, for the analysis."""
-        slots = self.numbering.slots
-        return [(op.defn, id(op) in self.pending_ids, slots(op.args), slots(op.results))
-                for op in self.handles]
-
-    def missing_target(self):
-        """A requested variable that is freed and that no pending op computes, if any."""
-        for slot in self.targets:
-            var = self.variables[slot]
-            if var._value is None and slot not in self.produced:
-                return var
-        return None
-
-
-def _held(variables, refs, slot):
-    """Whether the user holds the Variable in ``slot``: getrefcount sees the variables list,
-    its own argument and the tape's ops (``refs``); any further reference is someone else's."""
-    return sys.getrefcount(variables[slot]) > refs[slot] + 2
-
-
-def _flat(entries):
-    for entry in entries:
-        if entry is None:
-            continue
-        if entry.__class__ is tuple:
-            yield from _flat(entry)
-        else:
-            yield entry
-
-
-def _hashable(key):
-    try:
-        hash(key)
-        return key
-    except TypeError:  # an attribute holding a list: freeze the whole key once
-        from tape.ir import _freeze_value
-
-        return _freeze_value(key)
-
-
-class _Entry:
-    """A cached analysis: the pruned program and DAG, what is kept, and a plan per held set."""
-
-    def __init__(self, analysis, keep, names, ran, xp):
-        self.analysis, self.keep, self.names, self.ran, self.xp = analysis, keep, names, ran, xp
-        self.slot_of = {name: slot for slot, name in enumerate(names)}
-        self.plans = {}
-        self.candidates = tuple(sorted(self.plan(frozenset()).freed))
-
-    def plan(self, held):
-        """The plan when the user holds the variables in slots ``held`` (kept as well)."""
-        compiled = self.plans.get(held)
-        if compiled is None:
-            keep = self.keep | {self.names[s] for s in held}
-            compiled = pipeline.schedule(self.analysis, keep, self.slot_of, len(self.names),
-                                         self.xp, options.debug)
-            self.plans[held] = compiled
-        return compiled
-
-
-def _compile(scan):
-    names = [f"{var._name}_{slot}" if var._name else f"v{slot}"
-             for slot, var in enumerate(scan.variables)]
-    program = from_ops(scan.pending, {id(v): names[s] for s, v in enumerate(scan.variables)})
-    program.bindings = {}  # the cache must not keep Variables alive
-    for op, handle in zip(program.global_block().ops, scan.pending, strict=True):
-        op.is_target = _effectful(handle.defn)
-    analysis = pipeline.analyse(program, [names[s] for s in scan.targets], options.debug)
-    ran = tuple(analysis.pruned.kept)
-    keep = _keep(scan, set(ran)) | set(scan.targets)
-    return _Entry(analysis, frozenset(names[s] for s in keep), names, ran, scan.xp)
-
-
-def _keep(scan, ran):
-    """Slots no run of this structure may free (see the module docstring)."""
-    keep, produced = set(), set()
-    pending_index = 0
-    for defn, pending, ins, outs in scan.ops():
-        out_slots = list(_flat(outs))
-        produced.update(out_slots)
-        outside = False
-        if pending:
-            outside = pending_index not in ran
-            pending_index += 1
-        if outside or _awaits_backward(defn, out_slots, scan.variables):
-            keep.update(out_slots)
-            for slot_name, entry in zip(defn.input_slots, ins, strict=True):
-                if outside or slot_name not in defn.no_need_buffer:
-                    keep.update(_flat([entry]))
-    leaves = set(range(len(scan.variables))) - produced
-    return keep | leaves
-
-
-def _awaits_backward(defn, out_slots, variables):
-    """A differentiable op a later backward may still differentiate (outputs need a gradient
-    and none was released)."""
-    if not defn.differentiable or defn.grad_maker is None:
-        return False
-    return any(variables[s].requires_grad for s in out_slots) and \
-        not any(variables[s]._released for s in out_slots)
-
-
 def _execute(tape, scan, entry):
     """Binds, runs and writes back one plan; returns a freed input to recompute, or None."""
     variables = scan.variables
-    held = frozenset(s for s in entry.candidates if _held(variables, scan.refs, s))
-    compiled = entry.plan(held)
+    holding = frozenset(s for s in entry.candidates if held(variables, scan.refs, s))
+    compiled = entry.plan(holding)
     vals = [None] * compiled.slots
     for slot in compiled.inputs:
         var = variables[slot]
@@ -358,7 +157,7 @@ def _execute(tape, scan, entry):
         execute.run(compiled, vals, options.threads)
     except Exception as err:
         done = getattr(err, "completed", ())
-        slots = (s for i in done for s in _flat([compiled.instructions[i][4]]))
+        slots = (s for i in done for s in flat([compiled.instructions[i][4]]))
         _write_back(tape, compiled, vals, variables, slots, [ran[i] for i in done])
         raise
     _write_back(tape, compiled, vals, variables, compiled.writeback, ran)
@@ -383,7 +182,7 @@ def _repend_producer(tape, var):
     """Puts the (pure) op that computed a freed ``var`` back among the pending ops."""
     producer = next((op for op in reversed(tape.ops) if any(v is var for v in op.output_vars())),
                     None)
-    if producer is None or _effectful(producer.defn) or producer in tape._pending_ops:
+    if producer is None or effectful(producer.defn) or producer in tape._pending_ops:
         raise GraphError(None, f"variable '{var.name}' has no value and cannot be recomputed",
                          hint="keep a reference to variables you will read later")
     tape._pending_ops.append(producer)
