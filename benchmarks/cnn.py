@@ -2,7 +2,7 @@
 
 conv 3x3 (1->16, pad 1) -> relu -> maxpool 2 -> conv 3x3 (16->32, pad 1) -> relu -> maxpool 2
 -> linear (32*7*7 -> 10) -> softmax cross-entropy (mean) -> SGD, batch 64, float32. Convolutions
-run as im2col + one matmul in every implementation here except PyTorch's (oneDNN).
+run as im2col + a batched matmul in every implementation here except PyTorch's (oneDNN).
 """
 
 from __future__ import annotations
@@ -39,43 +39,49 @@ def make_data(config, seed=0):
 
 
 def _conv(x, w, b):
-    """3x3 convolution, padding 1, by im2col; returns (output NCHW, the columns for backward)."""
+    """3x3 convolution, padding 1, by im2col and one batched matmul; returns (output NCHW, the
+    columns (N, C*9, H*W) for backward)."""
     n, c, h, width = x.shape
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     windows = sliding_window_view(padded, (3, 3), axis=(2, 3))  # (N, C, H, W, 3, 3)
-    cols = windows.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * width, c * 9)
-    out = cols @ w.reshape(len(w), -1).T
-    out += b
-    return np.ascontiguousarray(out.reshape(n, h, width, -1).transpose(0, 3, 1, 2)), cols
+    cols = windows.transpose(0, 1, 4, 5, 2, 3).reshape(n, c * 9, h * width)
+    out = np.matmul(w.reshape(len(w), -1), cols)
+    out += b[:, None]
+    return out.reshape(n, len(w), h, width), cols
 
 
 def _conv_backward(gout, cols, w, need_input):
     """(dInput or None, dFilter, dBias) of ``_conv``; dInput scatters the columns back (col2im)."""
     n, o, h, width = gout.shape
-    g2 = gout.transpose(0, 2, 3, 1).reshape(-1, o)
-    gw, gb = (g2.T @ cols).reshape(w.shape), g2.sum(0)
+    g3 = gout.reshape(n, o, h * width)
+    gw = np.matmul(g3, cols.transpose(0, 2, 1)).sum(0).reshape(w.shape)
+    gb = g3.sum(axis=(0, 2))
     if not need_input:
         return None, gw, gb
-    gcols = (g2 @ w.reshape(o, -1)).reshape(n, h, width, w.shape[1], 3, 3)
+    gcols = np.matmul(w.reshape(o, -1).T, g3).reshape(n, w.shape[1], 3, 3, h, width)
     gpad = np.zeros((n, w.shape[1], h + 2, width + 2), np.float32)
     for i in range(3):
         for j in range(3):
-            gpad[:, :, i:i + h, j:j + width] += gcols[..., i, j].transpose(0, 3, 1, 2)
+            gpad[:, :, i:i + h, j:j + width] += gcols[:, :, i, j]
     return gpad[:, :, 1:-1, 1:-1], gw, gb
 
 
+_OFFSETS = ((0, 0), (0, 1), (1, 0), (1, 1))
+
+
 def _pool(x):
-    n, c, h, w = x.shape
-    return x.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
+    """2x2 max pooling, stride 2, as the maximum of the window's four strided slices."""
+    quarters = [x[:, :, i::2, j::2] for i, j in _OFFSETS]
+    return np.maximum(np.maximum(quarters[0], quarters[1]), np.maximum(quarters[2], quarters[3]))
 
 
 def _pool_backward(gout, x, out):
     """Routes dOut to the window maxima (after a relu, ties only occur at 0, where relu's own
     gradient is 0, so splitting a tie differently from PyTorch changes nothing)."""
-    n, c, h, w = x.shape
-    windows = x.reshape(n, c, h // 2, 2, w // 2, 2)
-    mask = windows == out[:, :, :, None, :, None]
-    return (mask * gout[:, :, :, None, :, None]).reshape(x.shape)
+    gx = np.empty_like(x)
+    for i, j in _OFFSETS:
+        np.multiply(gout, x[:, :, i::2, j::2] == out, out=gx[:, :, i::2, j::2])
+    return gx
 
 
 def _softmax_ce(logits, labels):
