@@ -38,8 +38,8 @@ def parse_args(argv):
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="BLAS/OpenMP/torch threads for every library (default: all cores)")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                        help="before each workload, wait up to SECONDS for other processes to "
-                        "leave the cores idle")
+                        help="per workload, wait up to SECONDS in all for other processes to "
+                        "leave the cores idle: before starting, and to redo disturbed blocks")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--profile", metavar="IMPL",
@@ -76,7 +76,7 @@ def main(argv=None):
     harness.set_threads(args.threads)
     from benchmarks import report
 
-    options = harness.Options(args.reps, args.block, args.warmup, args.pause)
+    options = harness.Options(args.reps, args.block, args.warmup, args.pause, args.wait_idle)
     wanted = set(args.impls.split(",")) if args.impls else None
     table, notes = [], []
     for name in args.only.split(","):
