@@ -83,6 +83,7 @@ class Trace:
         pending_ids = {id(op) for op in self.pending}
         numbering = self.numbering = Numbering()
         index, refs, shared, produced = numbering.index, numbering.refs, set(), set()
+        variables, signatures = numbering.variables, numbering.signatures
         handles = [op for op in tape._ops if op is not None]
         key = []
         add = key.append
@@ -104,12 +105,20 @@ class Trace:
                     add(numbering.entry(entry, counted))
             add(-1)
             for entry in op.results:  # result tuples are made by record: never shared
-                slot = numbering.entry(entry, True)
+                if entry.__class__ is Variable and id(entry) not in index:  # the common case
+                    slot = index[id(entry)] = len(variables)
+                    variables.append(entry)
+                    signatures.append((entry.shape, entry.dtype, entry.requires_grad,
+                                       entry.persistable, entry._released))
+                    refs.append(1)
+                    if pending:
+                        produced.add(slot)
+                else:
+                    slot = numbering.entry(entry, True)
+                    if pending:
+                        produced.update(flat((slot,)))
                 add(slot)
-                if pending:
-                    produced.update(flat((slot,)))
             add(-2)
-        variables = numbering.variables
         if targets is None:  # whatever pending op computes a value the user holds
             self.targets = tuple(sorted(s for s in produced if held(variables, refs, s)))
         else:
