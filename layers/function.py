@@ -1,4 +1,4 @@
-"""Function: the seed's name for a layer -- an object that owns parameters and records ops when called.
+"""Function: the seed's name for a layer, an object owning parameters that records ops when called.
 
 Parameters and sub-layers assigned as attributes are registered in assignment order, so
 ``params()`` is stable across runs and ``named_params()`` gives dotted names

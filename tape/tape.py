@@ -1,4 +1,4 @@
-"""Tape and OpHandle: recording ops (checking attributes, inferring shapes) and running them eagerly.
+"""Tape and OpHandle: recording ops (checking attributes, inferring shapes), running them eagerly.
 
 The tape is the ordered list of OpHandles; because an op can only read variables that already
 exist, tape order is topological, and backward is a reverse scan. Only ops that backward (or a
@@ -135,7 +135,7 @@ class Tape:
         realize(self, variables)
 
     def backward(self, loss, grad=None, retain_graph=False, create_graph=False):
-        """Computes gradients of ``loss`` and accumulates them into the leaves (see tape.backward)."""
+        """Computes d(loss)/d(leaf) and accumulates it into the leaves (see tape.backward)."""
         from tape.backward import backward
 
         backward(self, loss, grad, retain_graph, create_graph)
@@ -249,7 +249,7 @@ def _wants_grad(args):
 
 
 def run_kernel(defn, attrs, values):
-    """Runs ``defn``'s kernel on arrays; returns one array per output slot (lists for duplicable)."""
+    """Runs ``defn``'s kernel on arrays; one array per output slot (a list for duplicable ones)."""
     first = next((v if v.__class__ is not list else (v[0] if v else None)
                   for v in values if v is not None), None)
     xp = array_module(first) if first is not None else default_module()

@@ -73,7 +73,7 @@ def test_float32_gradients_stay_float32():
 
 def _float32_gradient_dtypes(case):
     import tape
-    from tape.testing import run_op, _ordered, _float_slots, _differentiable_leaves
+    from tape.testing import _differentiable_leaves, _float_slots, _ordered, run_op
 
     tape.reset_global_tape()
     values = _ordered(case, case.arrays("float32"))
