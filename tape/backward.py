@@ -11,6 +11,8 @@ succeeded, so a failing backward never leaves a parameter with a partial gradien
 
 from __future__ import annotations
 
+import weakref
+
 from ops.registry import REGISTRY
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import apply, state
@@ -64,6 +66,8 @@ def backward(tape, loss, grad=None, retain_graph=False, create_graph=False):
     with _mode(tape, create_graph):
         for var, g in leaf_grads.values():
             var._grad = g if var._grad is None else REGISTRY["sum"]([var._grad, g])
+            if var._grad._pending is tape:  # a lazy run asked for one computes them all
+                tape._leaf_grads.append(weakref.ref(var._grad))
 
 
 def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
@@ -80,6 +84,8 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     # A lazy tape keeps the op itself (it has not run yet) but marks its outputs released, so
     # the scheduler knows no later gradient will read the forward buffers it holds.
     drop = release and not tape.lazy
+    if drop:
+        tape._structure = None  # it numbers the ops this scan drops
     ops = tape._ops
     leaves = {}
     with _mode(tape, create_graph):

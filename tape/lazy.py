@@ -20,6 +20,7 @@ kernels.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -114,8 +115,13 @@ def explain(tape=None) -> str:
 
 
 def _run(tape, targets):
+    if targets and not tape._pending_ops and all(v._value is not None for v in targets):
+        for var in targets:  # nothing can be owed to them: they are up to date
+            var._pending = None
+        return
+    optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
-        scan = Trace(tape, targets)
+        scan = Trace(tape, targets, optional)
         missing = scan.missing_target()
         if missing is None:
             entry = CACHE.get(scan.key)
@@ -127,6 +133,19 @@ def _run(tape, targets):
                 return
         _repend_producer(tape, missing)
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
+
+
+def _gradients(tape, targets):
+    """Ids of the pending leaf gradients of lazy backwards if ``targets`` asks for one of them:
+    the others are usually read next (one per parameter), so one run computes them all."""
+    if not targets or not tape._leaf_grads:
+        return ()
+    grads = [ref() for ref in tape._leaf_grads]
+    grads = {id(g): g for g in grads if g is not None and g._pending is tape}
+    tape._leaf_grads = [weakref.ref(g) for g in grads.values()]
+    if not any(id(v) in grads for v in targets):
+        return ()
+    return tuple(grads)
 
 
 def _execute(tape, scan, entry):

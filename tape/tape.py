@@ -91,6 +91,8 @@ class Tape:
     def __init__(self, lazy=False, record_all=False):
         self._ops = []
         self._pending_ops = []  # ops recorded lazily that have not run yet (tape.lazy runs them)
+        self._structure = None  # tape.structure's numbering of the ops, extended by lazy runs
+        self._leaf_grads = []  # weak references to leaf gradients a lazy backward recorded
         self.lazy = lazy
         self.record_all = record_all or lazy
 
@@ -141,7 +143,7 @@ class Tape:
         backward(self, loss, grad, retain_graph, create_graph)
 
     def reset(self):
-        self._ops = []
+        self._ops, self._structure = [], None
 
     def __repr__(self):
         mode = "lazy" if self.lazy else "eager"

@@ -19,10 +19,10 @@ from __future__ import annotations
 import sys
 
 from ops.xp import array_module, default_module
-from tape.ir import _freeze_value, from_ops
+from tape.ir import from_ops
 from tape.passes import pipeline
 from tape.passes.dependencies import ordered_kind
-from tape.variable import Variable
+from tape.structure import signature, structure
 
 
 def effectful(defn):
@@ -30,111 +30,58 @@ def effectful(defn):
     return ordered_kind(defn) is not None
 
 
-class Numbering:
-    """Variables numbered by first appearance, with their signatures and the references the
-    tape's ops hold to them. (A class, not closures: a recursive closure is a reference cycle,
-    which would keep the numbered Variables -- and their buffers -- alive until the next
-    garbage collection and make them look held.)"""
-
-    __slots__ = ("index", "variables", "signatures", "refs")
-
-    def __init__(self):
-        self.index, self.variables, self.signatures, self.refs = {}, [], [], []
-
-    def number(self, var, counted):
-        slot = self.index.get(id(var))
-        if slot is None:
-            slot = self.index[id(var)] = len(self.variables)
-            self.variables.append(var)
-            self.signatures.append((var.shape, var.dtype, var.requires_grad, var.persistable,
-                                    var._released))
-            self.refs.append(0)
-        if counted:
-            self.refs[slot] += 1
-        return slot
-
-    def entry(self, entry, counted):
-        """A slot, a tuple of slots for a list of Variables, or None."""
-        if entry is None:
-            return None
-        if entry.__class__ is list or entry.__class__ is tuple:
-            return tuple(self.entry(e, counted) for e in entry)
-        return self.number(entry, counted)
-
-    def slots(self, entry):
-        """Like ``entry`` for Variables already numbered, counting nothing."""
-        if entry is None:
-            return None
-        if entry.__class__ is list or entry.__class__ is tuple:
-            return tuple(self.slots(e) for e in entry)
-        return self.index[id(entry)]
-
-
 class Trace:
-    """The tape in canonical form: every op (ran or pending) with variables numbered by first
-    appearance. ``key`` is hashable and equal for tapes of the same structure: per op its
-    definition, attributes, whether it is pending, and its input and output slots (lists as
-    tuples), delimited by -1 and -2. ``refs`` counts the references the tape's ops hold to each
-    variable (an argument tuple two ops share holds one); ``produced`` is the set of slots
-    pending ops write."""
+    """The tape in canonical form (numbered by ``tape.structure``): ``key`` is hashable and equal
+    for tapes of the same structure -- the interned ops and variable descriptions, which
+    variables a backward released, which ops are pending, the requested slots and the array
+    module. ``refs`` counts the references the tape's ops hold to each variable; ``produced``
+    is the set of slots pending ops write. ``optional`` holds ids of Variables to compute too if
+    the user holds them (the other gradients of a backward when one is asked for)."""
 
-    def __init__(self, tape, targets):
+    def __init__(self, tape, targets, optional=()):
+        numbering = structure(tape)
+        variables, released = numbering.variables()
+        if variables is None:  # ops were dropped behind the numbering's back: start afresh
+            tape._structure = None
+            numbering = structure(tape)
+            variables, released = numbering.variables()
         self.pending = list(tape._pending_ops)
-        pending_ids = {id(op) for op in self.pending}
-        numbering = self.numbering = Numbering()
-        index, refs, shared, produced = numbering.index, numbering.refs, set(), set()
-        variables, signatures = numbering.variables, numbering.signatures
-        handles = [op for op in tape._ops if op is not None]
-        key = []
-        add = key.append
-        for op in handles:
-            pending = id(op) in pending_ids
-            add(op.defn)
-            add(tuple(op.attrs.items()))
-            add(pending)
-            args = op.args
-            counted = id(args) not in shared
-            shared.add(id(args))
-            for entry in args:
-                slot = index.get(id(entry))
-                if slot is not None and entry.__class__ is Variable:  # the common case
-                    if counted:
-                        refs[slot] += 1
-                    add(slot)
-                else:
-                    add(numbering.entry(entry, counted))
-            add(-1)
-            for entry in op.results:  # result tuples are made by record: never shared
-                if entry.__class__ is Variable and id(entry) not in index:  # the common case
-                    slot = index[id(entry)] = len(variables)
-                    variables.append(entry)
-                    signatures.append((entry.shape, entry.dtype, entry.requires_grad,
-                                       entry.persistable, entry._released))
-                    refs.append(1)
-                    if pending:
-                        produced.add(slot)
-                else:
-                    slot = numbering.entry(entry, True)
-                    if pending:
-                        produced.update(flat((slot,)))
-                add(slot)
-            add(-2)
+        position, outs, refs = numbering.position, numbering.outs, numbering.refs
+        at = tuple([position[id(op)] for op in self.pending])
+        produced = set()
+        for i in at:
+            produced.update(outs[i])
+        index = numbering.index
         if targets is None:  # whatever pending op computes a value the user holds
             self.targets = tuple(sorted(s for s in produced if held(variables, refs, s)))
         else:
-            self.targets = tuple(numbering.entry(v, False) for v in targets)
-        self.handles, self.pending_ids = handles, pending_ids
+            chosen = []
+            for var in targets:
+                slot = index.get(id(var))
+                if slot is None:  # on no op of this tape: a slot for this run only
+                    slot, refs = len(variables), refs + [0]
+                    variables.append(var)
+                    released += bytes([var._released])
+                chosen.append(slot)
+            extra = (index.get(i) for i in optional)
+            chosen += sorted(s for s in extra if s in produced and s not in chosen and
+                             held(variables, refs, s))
+            self.targets = tuple(chosen)
+        self.numbering, self.at = numbering, at
         self.variables, self.refs, self.produced = variables, refs, produced
         first = next((v._value for v in variables if v._value is not None), None)
         self.xp = array_module(first) if first is not None else default_module()
-        self.key = hashable(("lazy", tuple(key), tuple(numbering.signatures), self.targets,
-                              self.xp))
+        signatures = tuple(numbering.sig_ids)
+        if len(variables) > len(signatures):
+            signatures += tuple(signature(v) for v in variables[len(signatures):])
+        self.key = ("lazy", tuple(numbering.op_ids), signatures, released, at, self.targets,
+                    self.xp)
 
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
-        slots = self.numbering.slots
-        return [(op.defn, id(op) in self.pending_ids, slots(op.args), slots(op.results))
-                for op in self.handles]
+        pending = set(self.at)
+        return [(op.defn, i in pending, ins, outs) for i, (op, (ins, outs)) in
+                enumerate(zip(self.numbering.handles, self.numbering.entries, strict=True))]
 
     def missing_target(self):
         """A requested variable that is freed and that no pending op computes, if any."""
@@ -160,14 +107,6 @@ def flat(entries):
             yield from flat(entry)
         else:
             yield entry
-
-
-def hashable(key):
-    try:
-        hash(key)
-        return key
-    except TypeError:  # an attribute holding a list: freeze the whole key once
-        return _freeze_value(key)
 
 
 class Compiled:

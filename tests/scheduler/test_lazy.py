@@ -299,3 +299,33 @@ def test_a_program_takes_over_pending_ops():
     (sgd,) = [op for op in program.global_block().ops if op.type == "sgd"]
     tape.Executor().run(program, targets=[sgd])
     np.testing.assert_array_equal(w.numpy(), [0.0, 0.0])
+
+
+def test_asking_for_one_gradient_computes_every_held_gradient_in_one_run():
+    model, (xs, ys) = _mlp(), _data()
+    with tape.lazy():
+        t = tape.reset_global_tape()
+        tape.backward(ops.square(model(tape.Variable(xs)) - tape.Variable(ys)).mean())
+        params = model.params()
+        params[0].grad().numpy()
+        assert t._pending_ops == []
+        assert all(p.grad()._pending is None and p.grad()._value is not None for p in params)
+    eager = _mlp()
+    tape.reset_global_tape()
+    tape.backward(ops.square(eager(tape.Variable(xs)) - tape.Variable(ys)).mean())
+    for want, got in zip(eager.params(), params, strict=True):
+        np.testing.assert_array_equal(got.grad().numpy(), want.grad().numpy())
+
+
+def test_a_lazy_tape_reused_eagerly_is_numbered_afresh_after_backward_drops_its_ops():
+    w = tape.Variable(np.full(2, 0.5, np.float32), requires_grad=True)
+    t = tape.reset_global_tape()
+    with tape.lazy():
+        first = ops.tanh(w)
+        first.numpy()
+    tape.backward(ops.exp(first).sum())  # eager: drops the ops the lazy run numbered
+    with tape.lazy():
+        held = ops.exp(w)
+        total = (held * 2.0).sum()
+        np.testing.assert_allclose(total.numpy(), 2 * np.exp(0.5) * 2, rtol=1e-6)
+        assert held._value is not None and t is tape.get_global_tape()
