@@ -37,14 +37,6 @@ def intern(table, key):
     return found
 
 
-def _op_id(defn, attrs, ins, outs):
-    key = (defn, tuple(attrs.items()), ins, outs)
-    try:
-        return intern(_OPS, key)
-    except TypeError:  # an attribute holding a list
-        return intern(_OPS, _freeze_value(key))
-
-
 def signature(var):
     return intern(_SIGNATURES, (var.shape, var.dtype, var.requires_grad, var.persistable))
 
@@ -52,18 +44,19 @@ def signature(var):
 class Structure:
     """The numbering of ``tape``'s first ``scanned`` ops (see the module docstring).
 
-    ``handles``: the ops (None entries skipped), ``position``: id(op) -> index in handles,
-    ``entries[i]``: (input slots, output slots) of handle i with tuples for lists and None for
-    absent slots, ``outs[i]``: its output slots flattened, ``refs[s]``: the references the ops
-    hold to variable s (an argument tuple two ops share holds one).
+    ``handles``: the tape's ops (None for dropped ones, whose other entries are None, () and
+    -1), ``entries[i]``: (input slots, output slots) of op i with tuples for lists and None for
+    absent slots, ``outs[i]``: its output slots flattened, ``op_ids[i]``: its interned form,
+    ``refs[s]``: the references the ops hold to variable s (an argument tuple two ops share holds
+    one).
     """
 
-    __slots__ = ("ops", "scanned", "handles", "position", "entries", "outs", "op_ids",
+    __slots__ = ("ops", "scanned", "handles", "entries", "outs", "op_ids",
                  "index", "refs", "weak", "sig_ids", "shared")
 
     def __init__(self, tape):
         self.ops, self.scanned = tape._ops, 0
-        self.handles, self.position, self.entries, self.outs, self.op_ids = [], {}, [], [], []
+        self.handles, self.entries, self.outs, self.op_ids = [], [], [], []
         self.index, self.refs, self.weak, self.sig_ids = {}, [], [], []
         self.shared = set()
 
@@ -89,17 +82,20 @@ class Structure:
         return slot
 
     def extend(self):
-        """Numbers the ops recorded since the last call."""
+        """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
         ops, index, refs, shared, entry_of = self.ops, self.index, self.refs, self.shared, \
             self._entry
-        handles, position, entries, outs, op_ids = (self.handles, self.position, self.entries,
-                                                    self.outs, self.op_ids)
+        handles, entries, outs, op_ids = self.handles, self.entries, self.outs, self.op_ids
+        weak, sig_ids, ref, signatures, known = self.weak, self.sig_ids, weakref.ref, \
+            _SIGNATURES, _OPS
         for i in range(self.scanned, len(ops)):
             op = ops[i]
+            handles.append(op)  # aligned with the tape: handles[op.index] is op
             if op is None:
+                entries.append(None)
+                outs.append(())
+                op_ids.append(-1)
                 continue
-            position[id(op)] = len(handles)
-            handles.append(op)
             args = op.args
             counted = id(args) not in shared
             shared.add(id(args))
@@ -112,18 +108,29 @@ class Structure:
                     ins.append(slot)
                 else:
                     ins.append(entry_of(entry, counted, False))
-            results = op.results
-            if len(results) == 1 and results[0].__class__ is Variable and \
-                    id(results[0]) not in index:  # the common case: one new output
-                res = (self._new(results[0], 1),)
-                flat_outs = res
-            else:
-                res = tuple(entry_of(entry, True, True) for entry in results)
-                flat_outs = tuple(flatten(res))
             ins = tuple(ins)
+            results = op.results
+            out = results[0] if len(results) == 1 else None
+            if out.__class__ is Variable and id(out) not in index:
+                slot = index[id(out)] = len(weak)  # the common case: one new output
+                weak.append(ref(out))
+                desc = (out.shape, out.dtype, out.requires_grad, out.persistable)
+                sig = signatures.get(desc)
+                sig_ids.append(sig if sig is not None else intern(signatures, desc))
+                refs.append(1)
+                res = flat_outs = (slot,)
+            else:
+                res = tuple([entry_of(entry, True, True) for entry in results])
+                flat_outs = tuple(flatten(res))
             entries.append((ins, res))
             outs.append(flat_outs)
-            op_ids.append(_op_id(op.defn, op.attrs, ins, res))
+            key = (op.defn, tuple(op.attrs.items()), ins, res)
+            try:
+                found = known.get(key)
+            except TypeError:  # an attribute holding a list
+                key = _freeze_value(key)
+                found = known.get(key)
+            op_ids.append(found if found is not None else intern(known, key))
         self.scanned = len(ops)
 
     def variables(self):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from ops.xp import array_module, default_module
+from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
 from tape.passes.dependencies import ordered_kind
@@ -46,8 +47,11 @@ class Trace:
             numbering = structure(tape)
             variables, released = numbering.variables()
         self.pending = list(tape._pending_ops)
-        position, outs, refs = numbering.position, numbering.outs, numbering.refs
-        at = tuple([position[id(op)] for op in self.pending])
+        handles, outs, refs = numbering.handles, numbering.outs, numbering.refs
+        at = tuple([op.index for op in self.pending])
+        if any(handles[i] is not op for i, op in zip(at, self.pending, strict=True)):
+            raise GraphError(None, "a pending op is not on its tape",
+                             hint="ops were removed from the tape behind the scheduler's back")
         produced = set()
         for i in at:
             produced.update(outs[i])
@@ -80,8 +84,9 @@ class Trace:
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
         pending = set(self.at)
-        return [(op.defn, i in pending, ins, outs) for i, (op, (ins, outs)) in
-                enumerate(zip(self.numbering.handles, self.numbering.entries, strict=True))]
+        return [(op.defn, i in pending, entry[0], entry[1]) for i, (op, entry) in
+                enumerate(zip(self.numbering.handles, self.numbering.entries, strict=True))
+                if op is not None]
 
     def missing_target(self):
         """A requested variable that is freed and that no pending op computes, if any."""
