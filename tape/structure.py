@@ -44,19 +44,20 @@ def signature(var):
 class Structure:
     """The numbering of ``tape``'s first ``scanned`` ops (see the module docstring).
 
-    ``handles``: the tape's ops (None for dropped ones, whose other entries are None, () and
-    -1), ``entries[i]``: (input slots, output slots) of op i with tuples for lists and None for
-    absent slots, ``outs[i]``: its output slots flattened, ``op_ids[i]``: its interned form,
+    Per op i of the tape (``ops``, the tape's list): ``keys[i]`` is its form (definition,
+    attributes, input slots, output slots, with tuples for lists and None for absent slots; None
+    for a dropped op), ``op_ids[i]`` the form's interned id, ``outs[i]`` its output slots
+    flattened;
     ``refs[s]``: the references the ops hold to variable s (an argument tuple two ops share holds
     one).
     """
 
-    __slots__ = ("ops", "scanned", "handles", "entries", "outs", "op_ids",
+    __slots__ = ("ops", "scanned", "keys", "outs", "op_ids",
                  "index", "refs", "weak", "sig_ids", "shared")
 
     def __init__(self, tape):
         self.ops, self.scanned = tape._ops, 0
-        self.handles, self.entries, self.outs, self.op_ids = [], [], [], []
+        self.keys, self.outs, self.op_ids = [], [], []
         self.index, self.refs, self.weak, self.sig_ids = {}, [], [], []
         self.shared = set()
 
@@ -85,20 +86,20 @@ class Structure:
         """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
         ops, index, refs, shared, entry_of = self.ops, self.index, self.refs, self.shared, \
             self._entry
-        handles, entries, outs, op_ids = self.handles, self.entries, self.outs, self.op_ids
+        keys, outs, op_ids = self.keys, self.outs, self.op_ids
         weak, sig_ids, ref, signatures, known = self.weak, self.sig_ids, weakref.ref, \
             _SIGNATURES, _OPS
         for i in range(self.scanned, len(ops)):
             op = ops[i]
-            handles.append(op)  # aligned with the tape: handles[op.index] is op
             if op is None:
-                entries.append(None)
+                keys.append(None)
                 outs.append(())
                 op_ids.append(-1)
                 continue
             args = op.args
-            counted = id(args) not in shared
+            before = len(shared)
             shared.add(id(args))
+            counted = len(shared) != before
             ins = []
             for entry in args:
                 slot = index.get(id(entry))
@@ -122,7 +123,6 @@ class Structure:
             else:
                 res = tuple([entry_of(entry, True, True) for entry in results])
                 flat_outs = tuple(flatten(res))
-            entries.append((ins, res))
             outs.append(flat_outs)
             key = (op.defn, tuple(op.attrs.items()), ins, res)
             try:
@@ -130,6 +130,7 @@ class Structure:
             except TypeError:  # an attribute holding a list
                 key = _freeze_value(key)
                 found = known.get(key)
+            keys.append(key)
             op_ids.append(found if found is not None else intern(known, key))
         self.scanned = len(ops)
 

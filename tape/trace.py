@@ -47,7 +47,7 @@ class Trace:
             numbering = structure(tape)
             variables, released = numbering.variables()
         self.pending = list(tape._pending_ops)
-        handles, outs, refs = numbering.handles, numbering.outs, numbering.refs
+        handles, outs, refs = numbering.ops, numbering.outs, numbering.refs
         at = tuple([op.index for op in self.pending])
         if any(handles[i] is not op for i, op in zip(at, self.pending, strict=True)):
             raise GraphError(None, "a pending op is not on its tape",
@@ -84,8 +84,9 @@ class Trace:
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
         pending = set(self.at)
-        return [(op.defn, i in pending, entry[0], entry[1]) for i, (op, entry) in
-                enumerate(zip(self.numbering.handles, self.numbering.entries, strict=True))
+        numbering = self.numbering
+        return [(op.defn, i in pending, key[2], key[3]) for i, (op, key) in
+                enumerate(zip(numbering.ops[:numbering.scanned], numbering.keys, strict=True))
                 if op is not None]
 
     def missing_target(self):
