@@ -69,6 +69,16 @@ def build(workload, config, wanted):
     return steps, notes
 
 
+def _profile(workload, name, step, args):
+    from benchmarks import harness, kernels
+
+    seconds = max(args.block * args.reps, 1.0)
+    print(f"== {workload.NAME} / {name}: {workload.TITLE}")
+    if name.startswith("fluidtape"):
+        print(kernels.kernel_profile(step, seconds), end="\n\n")
+    print(harness.profile(step, seconds))
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from benchmarks import harness  # imports nothing heavy; numpy comes after the thread setup
@@ -84,13 +94,12 @@ def main(argv=None):
         config = workload.TINY if args.tiny else workload.DEFAULT
         steps, skipped = build(workload, config, wanted)
         notes += skipped
-        if args.profile:
-            if args.profile in steps:
-                print(f"== {workload.NAME} / {args.profile}: {workload.TITLE}")
-                print(harness.profile(steps[args.profile], max(args.block * args.reps, 1.0)))
-            continue
         if args.wait_idle > 0:
             harness.wait_until_idle(args.wait_idle)
+        if args.profile:
+            if args.profile in steps:
+                _profile(workload, args.profile, steps[args.profile], args)
+            continue
         print(f"measuring {workload.NAME}: {workload.TITLE} ...", file=sys.stderr, flush=True)
         table += report.rows(workload, config, harness.measure(steps, options))
     if not args.profile:
