@@ -64,3 +64,19 @@ def test_measure_and_table_report_every_implementation():
     text = report.format_table(table)
     assert "fluidtape" in text and "<= 1.1x numpy" in text
     assert report.format_table(table, markdown=True).startswith("| workload | implementation |")
+
+
+def test_kernel_timer_counts_calls_and_restores_the_kernels():
+    import collections
+
+    from benchmarks import kernels
+    from ops.registry import REGISTRY
+
+    workload = MODULES["overhead"]
+    step = workload.setup_fluidtape(workload.TINY, workload.make_data(workload.TINY))
+    before = REGISTRY["tanh"].kernel
+    totals, counts = collections.defaultdict(float), collections.defaultdict(int)
+    with kernels.timed_kernels(totals, counts):
+        step()
+    assert counts["tanh"] == workload.TINY["n_ops"] // 3 and totals["tanh"] > 0
+    assert REGISTRY["tanh"].kernel is before
