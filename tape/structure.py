@@ -6,10 +6,12 @@ dtype, requires_grad and persistable flags (``sig_ids``): two tapes of the same 
 equal id lists, so a structural key is a few tuples of ints, cheap to hash and compare, and a
 run scans only the ops recorded since the previous run instead of the whole tape.
 
-The numbering holds its Variables by weak reference: the tape's ops hold them anyway, and a
-strong list would add a reference that the "held by the user" count would have to discount
-between runs. Ops dropped from the tape (an eager backward; ``Tape.reset``) invalidate it:
-``tape._structure`` is set to None and the next run numbers the tape afresh.
+The numbering holds no Variables (it finds each through the op it comes from, or a weak
+reference): the tape's ops hold them anyway, and a list of them would add a reference that the
+"held by the user" count would have to discount between runs. Little that it allocates per op
+outlives the scan, which keeps the garbage collector's young generations small. Ops dropped from
+the tape (an eager backward; ``Tape.reset``) invalidate it: ``tape._structure`` is set to None
+and the next run numbers the tape afresh.
 """
 
 from __future__ import annotations
@@ -44,26 +46,27 @@ def signature(var):
 class Structure:
     """The numbering of ``tape``'s first ``scanned`` ops (see the module docstring).
 
-    Per op i of the tape (``ops``, the tape's list): ``keys[i]`` is its form (definition,
-    attributes, input slots, output slots, with tuples for lists and None for absent slots; None
-    for a dropped op), ``op_ids[i]`` the form's interned id, ``outs[i]`` its output slots
-    flattened;
-    ``refs[s]``: the references the ops hold to variable s (an argument tuple two ops share holds
-    one).
+    Per op i of the tape (``ops``, the tape's list): ``op_ids[i]`` is the interned id of its form
+    (definition, attributes, input slots, output slots, with tuples for lists and None for
+    absent slots; -1 for a dropped op), ``outs[i]`` its output slot (an int) or output slots (a
+    tuple, flattened). Per variable s: ``where[s]`` is the index of the op whose one output it
+    is, or a weak reference; ``refs[s]`` counts the references the ops hold to it (an argument
+    tuple two ops share holds one). With ``forms``, ``forms[i]`` keeps op i's form (the
+    analysis needs them on a cache miss; a hit allocates nothing that outlives the scan).
     """
 
-    __slots__ = ("ops", "scanned", "keys", "outs", "op_ids",
-                 "index", "refs", "weak", "sig_ids", "shared")
+    __slots__ = ("ops", "scanned", "forms", "outs", "op_ids", "index", "refs", "where",
+                 "sig_ids", "shared")
 
-    def __init__(self, tape):
-        self.ops, self.scanned = tape._ops, 0
-        self.keys, self.outs, self.op_ids = [], [], []
-        self.index, self.refs, self.weak, self.sig_ids = {}, [], [], []
+    def __init__(self, tape, forms=False):
+        self.ops, self.scanned, self.forms = tape._ops, 0, [] if forms else None
+        self.outs, self.op_ids = [], []
+        self.index, self.refs, self.where, self.sig_ids = {}, [], [], []
         self.shared = set()
 
     def _new(self, var, count):
-        slot = self.index[id(var)] = len(self.weak)
-        self.weak.append(weakref.ref(var))
+        slot = self.index[id(var)] = len(self.where)
+        self.where.append(weakref.ref(var))
         self.sig_ids.append(signature(var))
         self.refs.append(count)
         return slot
@@ -86,15 +89,15 @@ class Structure:
         """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
         ops, index, refs, shared, entry_of = self.ops, self.index, self.refs, self.shared, \
             self._entry
-        keys, outs, op_ids = self.keys, self.outs, self.op_ids
-        weak, sig_ids, ref, signatures, known = self.weak, self.sig_ids, weakref.ref, \
-            _SIGNATURES, _OPS
+        forms, outs, op_ids = self.forms, self.outs, self.op_ids
+        where, sig_ids, signatures, known = self.where, self.sig_ids, _SIGNATURES, _OPS
         for i in range(self.scanned, len(ops)):
             op = ops[i]
             if op is None:
-                keys.append(None)
                 outs.append(())
                 op_ids.append(-1)
+                if forms is not None:
+                    forms.append(None)
                 continue
             args = op.args
             before = len(shared)
@@ -113,33 +116,36 @@ class Structure:
             results = op.results
             out = results[0] if len(results) == 1 else None
             if out.__class__ is Variable and id(out) not in index:
-                slot = index[id(out)] = len(weak)  # the common case: one new output
-                weak.append(ref(out))
+                slot = index[id(out)] = len(where)  # the common case: one new output
+                where.append(i)
                 desc = (out.shape, out.dtype, out.requires_grad, out.persistable)
                 sig = signatures.get(desc)
                 sig_ids.append(sig if sig is not None else intern(signatures, desc))
                 refs.append(1)
-                res = flat_outs = (slot,)
+                outs.append(slot)
+                res = (slot,)
             else:
                 res = tuple([entry_of(entry, True, True) for entry in results])
-                flat_outs = tuple(flatten(res))
-            outs.append(flat_outs)
+                outs.append(tuple(flatten(res)))
             key = (op.defn, tuple(op.attrs.items()), ins, res)
             try:
                 found = known.get(key)
             except TypeError:  # an attribute holding a list
                 key = _freeze_value(key)
                 found = known.get(key)
-            keys.append(key)
             op_ids.append(found if found is not None else intern(known, key))
+            if forms is not None:
+                forms.append(key)
         self.scanned = len(ops)
 
     def variables(self):
-        """The numbered Variables, or None if one died (its op was dropped from the tape)."""
-        variables = [ref() for ref in self.weak]
+        """The numbered Variables and their released flags, or (None, None) if one died (its op
+        was dropped from the tape)."""
+        ops = self.ops
         try:
+            variables = [ops[w].results[0] if w.__class__ is int else w() for w in self.where]
             return variables, bytes([v._released for v in variables])
-        except AttributeError:  # None has no _released
+        except AttributeError:  # None has no results, no _released
             return None, None
 
 
@@ -150,6 +156,13 @@ def structure(tape):
         current = tape._structure = Structure(tape)
     current.extend()
     return current
+
+
+def forms(tape):
+    """The form of each op on ``tape`` (numbered afresh; for the analysis on a cache miss)."""
+    fresh = Structure(tape, forms=True)
+    fresh.extend()
+    return fresh.forms
 
 
 def flatten(entries):
@@ -163,4 +176,4 @@ def flatten(entries):
             yield entry
 
 
-__all__ = ["Structure", "structure", "signature", "flatten", "intern"]
+__all__ = ["Structure", "structure", "forms", "signature", "flatten", "intern"]

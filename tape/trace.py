@@ -23,7 +23,7 @@ from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
 from tape.passes.dependencies import ordered_kind
-from tape.structure import signature, structure
+from tape.structure import forms, signature, structure
 
 
 def effectful(defn):
@@ -54,7 +54,11 @@ class Trace:
                              hint="ops were removed from the tape behind the scheduler's back")
         produced = set()
         for i in at:
-            produced.update(outs[i])
+            slots = outs[i]
+            if slots.__class__ is int:
+                produced.add(slots)
+            else:
+                produced.update(slots)
         index = numbering.index
         if targets is None:  # whatever pending op computes a value the user holds
             self.targets = tuple(sorted(s for s in produced if held(variables, refs, s)))
@@ -71,7 +75,7 @@ class Trace:
             chosen += sorted(s for s in extra if s in produced and s not in chosen and
                              held(variables, refs, s))
             self.targets = tuple(chosen)
-        self.numbering, self.at = numbering, at
+        self.tape, self.numbering, self.at = tape, numbering, at
         self.variables, self.refs, self.produced = variables, refs, produced
         first = next((v._value for v in variables if v._value is not None), None)
         self.xp = array_module(first) if first is not None else default_module()
@@ -84,10 +88,9 @@ class Trace:
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
         pending = set(self.at)
-        numbering = self.numbering
-        return [(op.defn, i in pending, key[2], key[3]) for i, (op, key) in
-                enumerate(zip(numbering.ops[:numbering.scanned], numbering.keys, strict=True))
-                if op is not None]
+        ops = self.numbering.ops
+        return [(ops[i].defn, i in pending, form[2], form[3])
+                for i, form in enumerate(forms(self.tape)) if form is not None]
 
     def missing_target(self):
         """A requested variable that is freed and that no pending op computes, if any."""
