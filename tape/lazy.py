@@ -28,7 +28,7 @@ from ops.xp import to_numpy
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
-from tape.trace import Trace, compile_trace, effectful, flat, held
+from tape.trace import Trace, compile_trace, effectful, flat, held_among
 
 
 class _Options(threading.local):
@@ -151,7 +151,7 @@ def _gradients(tape, targets):
 def _execute(tape, scan, entry):
     """Binds, runs and writes back one plan; returns a freed input to recompute, or None."""
     variables = scan.variables
-    holding = frozenset(s for s in entry.candidates if held(variables, scan.refs, s))
+    holding = frozenset(held_among(variables, scan.refs, entry.candidates))
     compiled = entry.plan(holding)
     vals = [None] * compiled.slots
     for slot in compiled.inputs:

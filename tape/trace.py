@@ -107,6 +107,13 @@ def held(variables, refs, slot):
     return sys.getrefcount(variables[slot]) > refs[slot] + 2
 
 
+def held_among(variables, refs, slots):
+    """The slots among ``slots`` whose Variable the user holds (``held`` for many slots: one
+    comprehension, as a plan's candidates for freeing run into the thousands)."""
+    count = sys.getrefcount
+    return [s for s in slots if count(variables[s]) > refs[s] + 2]
+
+
 def flat(entries):
     """The slots in nested entries (tuples for lists of Variables; None skipped)."""
     for entry in entries:
@@ -184,4 +191,4 @@ def awaits_backward(defn, out_slots, variables):
         not any(variables[s]._released for s in out_slots)
 
 
-__all__ = ["Trace", "Compiled", "compile_trace", "held", "flat", "effectful"]
+__all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "flat", "effectful"]

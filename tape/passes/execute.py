@@ -35,12 +35,12 @@ def run(plan, vals, threads=0):
 
 def run_sequential(plan, vals):
     """Runs the instructions in program order, freeing each variable after its last user."""
-    xp = plan.xp
+    xp, get = plan.xp, vals.__getitem__
     index = 0
     try:
         for kind, kernel, attrs, ins, out, free in plan.instructions:
             if kind == FAST:
-                result = kernel(xp, attrs, *[vals[s] for s in ins])
+                result = kernel(xp, attrs, *map(get, ins))  # (no list, no comprehension frame)
                 vals[out] = result if result.__class__ is _NDARRAY or xp is not np \
                     else np.asarray(result)
             else:
