@@ -1,10 +1,11 @@
 """The lazy tape's numbering, kept on the tape and extended by each run with the ops since the last.
 
-Variables are numbered by first appearance over the tape's ops. Per op, its definition,
-attributes and input/output slots are interned to one int (``op_ids``), per variable its shape,
-dtype, requires_grad and persistable flags (``sig_ids``): two tapes of the same structure give
-equal id lists, so a structural key is a few tuples of ints, cheap to hash and compare, and a
-run scans only the ops recorded since the previous run instead of the whole tape.
+Variables are numbered by first appearance over the tape's ops. Per op, its definition, attributes
+and input/output slots are interned to one int (``op_ids``), per variable its shape, dtype,
+requires_grad and persistable flags (``sig_ids``; -1 for the one output of an op taking Variables,
+which that op's form describes, saving a lookup per op): two tapes of the same structure give equal
+id lists, so a structural key is a few tuples of ints, cheap to hash and compare, and a run scans
+only the ops recorded since the previous run instead of the whole tape.
 
 The numbering holds no Variables (it finds each through the op it comes from, or a weak
 reference): the tape's ops hold them anyway, and a list of them would add a reference that the
@@ -47,12 +48,13 @@ class Structure:
     """The numbering of ``tape``'s first ``scanned`` ops (see the module docstring).
 
     Per op i of the tape (``ops``, the tape's list): ``op_ids[i]`` is the interned id of its form
-    (definition, attributes, input slots, output slots, with tuples for lists and None for
-    absent slots; -1 for a dropped op), ``outs[i]`` its output slot (an int) or output slots (a
-    tuple, flattened). Per variable s: ``where[s]`` is the index of the op whose one output it
-    is, or a weak reference; ``refs[s]`` counts the references the ops hold to it (an argument
-    tuple two ops share holds one). With ``forms``, ``forms[i]`` keeps op i's form (the
-    analysis needs them on a cache miss; a hit allocates nothing that outlives the scan).
+    (definition, attributes, input slots, output slots, with tuples for lists and None for absent
+    slots -- for one new output, its slot and description; -1 for a dropped op), ``outs[i]`` its
+    output slot (an int) or output slots (a tuple, flattened). Per variable s: ``where[s]`` is the
+    index of the op whose one output it is, or a weak reference; ``refs[s]`` counts the references
+    the ops hold to it (an argument tuple two ops share holds one). With ``forms``, ``forms[i]``
+    keeps op i's form (the analysis needs them on a cache miss; a hit allocates nothing that
+    outlives the scan).
     """
 
     __slots__ = ("ops", "scanned", "forms", "outs", "op_ids", "index", "refs", "where",
@@ -90,7 +92,7 @@ class Structure:
         ops, index, refs, shared, entry_of = self.ops, self.index, self.refs, self.shared, \
             self._entry
         forms, outs, op_ids = self.forms, self.outs, self.op_ids
-        where, sig_ids, signatures, known = self.where, self.sig_ids, _SIGNATURES, _OPS
+        where, sig_ids, known = self.where, self.sig_ids, _OPS
         for i in range(self.scanned, len(ops)):
             op = ops[i]
             if op is None:
@@ -116,18 +118,17 @@ class Structure:
             results = op.results
             out = results[0] if len(results) == 1 else None
             if out.__class__ is Variable and id(out) not in index:
-                slot = index[id(out)] = len(where)  # the common case: one new output
+                slot = index[id(out)] = len(where)  # the common case: one new output,
                 where.append(i)
-                desc = (out.shape, out.dtype, out.requires_grad, out.persistable)
-                sig = signatures.get(desc)
-                sig_ids.append(sig if sig is not None else intern(signatures, desc))
+                sig_ids.append(-1)  # described in the op's form
                 refs.append(1)
                 outs.append(slot)
-                res = (slot,)
+                key = (op.defn, tuple(op.attrs.items()), ins, slot, out.shape, out.dtype,
+                       out.requires_grad, out.persistable)
             else:
                 res = tuple([entry_of(entry, True, True) for entry in results])
                 outs.append(tuple(flatten(res)))
-            key = (op.defn, tuple(op.attrs.items()), ins, res)
+                key = (op.defn, tuple(op.attrs.items()), ins, res)
             try:
                 found = known.get(key)
             except TypeError:  # an attribute holding a list

@@ -89,7 +89,8 @@ class Trace:
         """(definition, pending, input slots, output slots) per op, for the analysis."""
         pending = set(self.at)
         ops = self.numbering.ops
-        return [(ops[i].defn, i in pending, form[2], form[3])
+        return [(ops[i].defn, i in pending, form[2],
+                 form[3] if form[3].__class__ is tuple else (form[3],))
                 for i, form in enumerate(forms(self.tape)) if form is not None]
 
     def missing_target(self):
