@@ -138,12 +138,12 @@ def _run(tape, targets):
 def _gradients(tape, targets):
     """Ids of the pending leaf gradients of lazy backwards if ``targets`` asks for one of them:
     the others are usually read next (one per parameter), so one run computes them all."""
-    if not targets or not tape._leaf_grads:
+    if not tape._leaf_grads:
         return ()
     grads = [ref() for ref in tape._leaf_grads]
     grads = {id(g): g for g in grads if g is not None and g._pending is tape}
-    tape._leaf_grads = [weakref.ref(g) for g in grads.values()]
-    if not any(id(v) in grads for v in targets):
+    tape._leaf_grads = [weakref.ref(g) for g in grads.values()]  # the ones still owed
+    if not targets or not any(id(v) in grads for v in targets):
         return ()
     return tuple(grads)
 

@@ -25,19 +25,27 @@ from tape.variable import Variable
 
 # Interned op and variable descriptions -> ids. Ids are never reused (a counter, not the table's
 # size), so clearing the tables when they grow large can only cause cache misses, never a
-# wrong hit.
+# wrong hit. The limit holds the forms of a few dozen tapes of a few thousand ops (a tape whose
+# structure changes every step adds its ops' forms each step); see _trim.
 _IDS = itertools.count()
 _OPS, _SIGNATURES = {}, {}
-_LIMIT = 1 << 19
+_LIMIT = 1 << 16
 
 
 def intern(table, key):
     found = table.get(key)
     if found is None:
-        if len(table) > _LIMIT:
-            table.clear()
         found = table[key] = next(_IDS)
     return found
+
+
+def _trim(ops):
+    """Empties the tables before a scan when they hold far more than a tape of ``ops`` ops needs
+    (never during one: a tape larger than the limit would then never hit the cache)."""
+    if len(_OPS) > max(_LIMIT, 4 * ops):
+        _OPS.clear()
+    if len(_SIGNATURES) > _LIMIT:
+        _SIGNATURES.clear()
 
 
 def signature(var):
@@ -155,6 +163,7 @@ def structure(tape):
     current = getattr(tape, "_structure", None)
     if current is None or current.ops is not tape._ops:
         current = tape._structure = Structure(tape)
+    _trim(len(tape._ops))
     current.extend()
     return current
 
