@@ -49,7 +49,7 @@ class Trace:
         self.pending = list(tape._pending_ops)
         handles, outs, refs = numbering.ops, numbering.outs, numbering.refs
         at = tuple([op.index for op in self.pending])
-        if any(handles[i] is not op for i, op in zip(at, self.pending, strict=True)):
+        if list(map(handles.__getitem__, at)) != self.pending:  # (OpHandles: by identity)
             raise GraphError(None, "a pending op is not on its tape",
                              hint="ops were removed from the tape behind the scheduler's back")
         produced = set()
