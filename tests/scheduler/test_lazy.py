@@ -329,3 +329,15 @@ def test_a_lazy_tape_reused_eagerly_is_numbered_afresh_after_backward_drops_its_
         total = (held * 2.0).sum()
         np.testing.assert_allclose(total.numpy(), 2 * np.exp(0.5) * 2, rtol=1e-6)
         assert held._value is not None and t is tape.get_global_tape()
+
+
+def test_a_run_numbers_only_the_ops_recorded_since_the_previous_run():
+    with tape.lazy():
+        t = tape.reset_global_tape()
+        y = ops.tanh(tape.Variable(np.array([0.5], np.float32)))
+        y.numpy()
+        numbering = t._structure
+        assert numbering.scanned == 1
+        z = ops.exp(y)
+        np.testing.assert_allclose(z.numpy(), np.exp(np.tanh([0.5])), rtol=1e-6)
+        assert t._structure is numbering and numbering.scanned == 2
