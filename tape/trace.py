@@ -22,7 +22,7 @@ from ops.xp import array_module, default_module
 from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
-from tape.passes.dependencies import ordered_kind
+from tape.passes.dependencies import ordered_kind, written_names
 from tape.structure import forms, signature, structure
 
 
@@ -154,12 +154,44 @@ def compile_trace(scan, debug=None):
              for slot, var in enumerate(scan.variables)]
     program = from_ops(scan.pending, {id(v): names[s] for s, v in enumerate(scan.variables)})
     program.bindings = {}  # the cache must not keep Variables alive
-    for op, handle in zip(program.global_block().ops, scan.pending, strict=True):
+    ops = program.global_block().ops
+    for op, handle in zip(ops, scan.pending, strict=True):
         op.is_target = effectful(handle.defn)
-    analysis = pipeline.analyse(program, [names[s] for s in scan.targets], debug)
+    targets = [names[s] for s in scan.targets]
+    analysis = pipeline.analyse(program, targets, debug)
+    while True:  # until no op left out reads a value an op of the run overwrites
+        readers = overwritten_readers(ops, analysis.pruned.kept)
+        if not readers:
+            break
+        for index in readers:
+            ops[index].is_target = True
+        analysis = pipeline.analyse(program, targets, debug)
     ran = tuple(analysis.pruned.kept)
     keep = kept_slots(scan, set(ran)) | set(scan.targets)
     return Compiled(analysis, frozenset(names[s] for s in keep), names, ran, scan.xp, debug)
+
+
+def overwritten_readers(ops, kept):
+    """Ops left out of a run that read a variable an op of the run later overwrites (an
+    in-place update such as an optimizer's, even into another output variable): eager mode ran
+    them on the old value, so they must run now, before it changes."""
+    kept, first_reader = set(kept), {}
+    for index, op in enumerate(ops):
+        if index not in kept:
+            for name in op.input_names():
+                first_reader.setdefault(name, index)
+    readers = set()
+    for index in kept:
+        for name in written_names(ops[index]):
+            readers.update(i for i in _readers_before(ops, kept, name, index, first_reader))
+    return sorted(readers)
+
+
+def _readers_before(ops, kept, name, before, first_reader):
+    start = first_reader.get(name)
+    if start is None or start >= before:
+        return ()
+    return [i for i in range(start, before) if i not in kept and name in ops[i].input_names()]
 
 
 def kept_slots(scan, ran):

@@ -72,13 +72,24 @@ def analyse(block) -> Dependencies:
                         tuple(dependency_count))
 
 
+def written_names(op):
+    """The variables op writes: its outputs, and the inputs whose buffers it updates in place
+    (an optimizer's Moment2 even when Moment2Out is another variable: the kernel reuses the
+    input's buffer, so readers of the old value must run first)."""
+    defn = REGISTRY[op.type]
+    writes = op.output_names()
+    for slot in defn.inplace.values():
+        writes.extend(op.inputs.get(slot, ()))
+    return writes
+
+
 def _predecessors(ops):
     last_writer, readers = {}, {}
     chains = {}
     preds = []
     for j, op in enumerate(ops):
         before = set()
-        reads, writes = op.input_names(), op.output_names()
+        reads, writes = op.input_names(), written_names(op)
         for name in reads:
             if name in last_writer:
                 before.add(last_writer[name])
@@ -101,4 +112,4 @@ def _predecessors(ops):
     return preds
 
 
-__all__ = ["analyse", "Dependencies", "ordered_kind"]
+__all__ = ["analyse", "Dependencies", "ordered_kind", "written_names"]

@@ -341,3 +341,27 @@ def test_a_run_numbers_only_the_ops_recorded_since_the_previous_run():
         z = ops.exp(y)
         np.testing.assert_allclose(z.numpy(), np.exp(np.tanh([0.5])), rtol=1e-6)
         assert t._structure is numbering and numbering.scanned == 2
+
+
+def test_an_op_reading_a_buffer_a_later_update_overwrites_still_sees_the_old_value():
+    """adam updates Moment2's buffer in place even when Moment2Out is another variable: an op
+    recorded before it that read Moment2 must run before it, as in eager mode."""
+
+    def record(lazy, threads=0):
+        with tape.lazy(lazy, threads=threads):
+            tape.reset_global_tape()
+            moment2 = ops.exp(tape.Variable(np.zeros(2, np.float32)))
+            early = moment2 + 1.0
+            arrays = [np.full(2, 0.5, np.float32), np.full(2, 2.0, np.float32),
+                      np.zeros(2, np.float32)]
+            scalars = [np.array([0.1], np.float32), np.array([0.9], np.float32),
+                       np.array([0.999], np.float32)]
+            param, grad, moment1 = (tape.Variable(a) for a in arrays)
+            lr, beta1_pow, beta2_pow = (tape.Variable(s) for s in scalars)
+            out = ops.adam(param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
+            return out[0].numpy(), early.numpy()
+
+    for threads in (0, 2):
+        for want, got in zip(record(False), record(True, threads), strict=True):
+            np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(record(True)[1], [2.0, 2.0])
