@@ -193,6 +193,9 @@ def _write_back(tape, compiled, vals, variables, slots, ran):
         if value is not None and slot not in compiled.freed:
             var = variables[slot]
             var._value, var._pending = value, None
+    if len(ran) == len(tape._pending_ops):  # all of them (the usual case): ran is a subset
+        tape._pending_ops = []
+        return
     finished = {id(op) for op in ran}
     tape._pending_ops = [op for op in tape._pending_ops if id(op) not in finished]
 
