@@ -7,6 +7,8 @@ pruned to what was asked plus every pending side effect (updates, saves) and ran
 eager mode would already have run those. ``backward`` on a lazy tape records the gradient ops
 and marks the forward ops released; they run with the next request, so a training step usually
 runs as one plan and each forward activation is freed right after its last gradient op.
+Asking for one leaf's gradient computes every pending leaf gradient the user still holds in the
+same run (an optimizer, or a loop over ``p.grad()``, reads them all next).
 ``reset_global_tape()`` first runs what the old tape still owes (its side effects).
 
 A run frees every buffer nothing can read any more (``tape.trace`` says what it must keep: what
