@@ -21,18 +21,20 @@ SMALL_PRODUCT = 1 << 21
 def product(xp, x, y):
     """x @ y, with the BLAS choices measured fastest here (numpy with OpenBLAS, 2 cores).
 
-    A short X times a transposed weight view (``x @ W.T``, as in every Linear/LSTM backward or
-    a PyTorch-layout forward) is computed as ``(W @ x.T).T``: OpenBLAS's transposed-B path was
-    1.2-2x slower for few rows. The result is then F-ordered, which numpy's ops handle as is.
+    A small product of a short X and a transposed weight view (``x @ W.T``, as in an LSTM step
+    with PyTorch's weight layout) is computed as ``(W @ x.T).T``: OpenBLAS's transposed-B path
+    was ~2x slower there. Large products keep the plain form: their F-ordered result made the
+    next elementwise op (relu_grad in an MLP backward) 3x slower than the product gained.
     """
     if xp is not np:
         return xp.matmul(x, y)
     if x.ndim == 2 and y.ndim == 2:
-        swap = x.shape[0] < y.shape[1] and y.flags.f_contiguous and not y.flags.c_contiguous
-        if x.shape[0] * x.shape[1] * y.shape[1] < SMALL_PRODUCT:
-            with single_threaded():
-                return (y.T @ x.T).T if swap else x @ y
-        return (y.T @ x.T).T if swap else x @ y
+        if x.shape[0] * x.shape[1] * y.shape[1] >= SMALL_PRODUCT:
+            return x @ y
+        with single_threaded():
+            if x.shape[0] < y.shape[1] and y.flags.f_contiguous and not y.flags.c_contiguous:
+                return (y.T @ x.T).T
+            return x @ y
     if x.size * (y.shape[-1] if y.ndim > 1 else 1) < SMALL_PRODUCT:
         with single_threaded():
             return xp.matmul(x, y)
