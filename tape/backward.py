@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from ops.registry import REGISTRY
+from ops.xp import array_module
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable
@@ -208,20 +211,37 @@ def _accumulate(op, var, g, pending):
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]
+    elif state.trusted:
+        _add_in_place(item, g)
     else:
-        # Contributions are summed in batches by one 'sum' op: fewer ops than pairwise adds,
-        # while holding at most _BATCH gradients of one variable at a time.
+        # Recorded gradients are summed in batches by one 'sum' op: fewer ops than pairwise
+        # adds, while holding at most _BATCH gradients of one variable at a time.
         item.append(g)
         if len(item) > _BATCH:
             item[1:] = [REGISTRY["sum"](item[1:])]
 
 
 _BATCH = 8
+_OWNED = object()  # marks a pending entry whose gradient buffer this backward allocated
+
+
+def _add_in_place(item, g):
+    """Eager backward that records nothing: the first contribution may be shared (an add passes
+    one gout to both inputs), so the second one is added into a fresh buffer, which later ones
+    update in place -- no op, no temporary per contribution."""
+    if len(item) == 3:
+        item[1]._value += g._value
+        return
+    total = item[1]._value + g._value
+    if total.__class__ is not np.ndarray and array_module(total) is np:
+        total = np.asarray(total)  # numpy turns 0-d sums into scalars
+    item[1] = Variable._make(total, total.shape, total.dtype, False)
+    item.append(_OWNED)
 
 
 def _total(item):
-    """The summed gradient of a pending entry [var, g, more gradients...]."""
-    if len(item) > 2:
+    """The summed gradient of a pending entry [var, g, more gradients... | _OWNED]."""
+    if len(item) > 2 and item[2] is not _OWNED:
         item[1:] = [REGISTRY["sum"](item[1:])]
     return item[1]
 

@@ -181,3 +181,18 @@ def test_backward_on_a_private_tape_records_gradient_ops_there():
 def test_integer_variables_cannot_require_gradients():
     with pytest.raises(TypeError, match="floating-point"):
         tape.Variable(np.arange(3), requires_grad=True)
+
+
+def test_accumulating_in_place_never_touches_a_gradient_shared_with_another_input():
+    a, b = var([1.0, 2.0]), var([5.0, 7.0])
+    # Reverse order: a + b first hands both inputs the same gout; a then gets two more.
+    loss = (a * 3.0).sum() + (a * 5.0).sum() + (a + b).sum()
+    tape.backward(loss)
+    np.testing.assert_allclose(a.grad().numpy(), [9.0, 9.0])
+    np.testing.assert_allclose(b.grad().numpy(), [1.0, 1.0])
+
+
+def test_scalar_variables_accumulate_too():
+    s = var(2.0)
+    tape.backward(s * 3.0 + s * 4.0 + s * 5.0)
+    assert s.grad().shape == () and float(s.grad().numpy()) == 12.0
