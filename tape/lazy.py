@@ -30,7 +30,8 @@ from ops.xp import to_numpy
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
-from tape.trace import Trace, compile_trace, effectful, flat, held_among
+from tape.structure import flatten
+from tape.trace import Trace, compile_trace, effectful, held_among
 
 
 class _Options(threading.local):
@@ -178,7 +179,7 @@ def _execute(tape, scan, entry):
         execute.run(compiled, vals, options.threads)
     except Exception as err:
         done = getattr(err, "completed", ())
-        slots = (s for i in done for s in flat([compiled.instructions[i][4]]))
+        slots = (s for i in done for s in flatten([compiled.instructions[i][4]]))
         _write_back(tape, compiled, vals, variables, slots, [ran[i] for i in done])
         raise
     _write_back(tape, compiled, vals, variables, compiled.writeback, ran)

@@ -23,7 +23,7 @@ from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
 from tape.passes.dependencies import ordered_kind, written_names
-from tape.structure import forms, signature, structure
+from tape.structure import flatten, forms, signature, structure
 
 
 def effectful(defn):
@@ -115,17 +115,6 @@ def held_among(variables, refs, slots):
     return [s for s in slots if count(variables[s]) > refs[s] + 2]
 
 
-def flat(entries):
-    """The slots in nested entries (tuples for lists of Variables; None skipped)."""
-    for entry in entries:
-        if entry is None:
-            continue
-        if entry.__class__ is tuple:
-            yield from flat(entry)
-        else:
-            yield entry
-
-
 class Compiled:
     """A cached analysis: the pruned program and DAG, what is kept, and a plan per held set."""
 
@@ -200,7 +189,7 @@ def kept_slots(scan, ran):
     keep, produced = set(), set()
     pending_index = 0
     for defn, pending, ins, outs in scan.ops():
-        out_slots = list(flat(outs))
+        out_slots = list(flatten(outs))
         produced.update(out_slots)
         outside = False
         if pending:
@@ -210,7 +199,7 @@ def kept_slots(scan, ran):
             keep.update(out_slots)
             for slot_name, entry in zip(defn.input_slots, ins, strict=True):
                 if outside or slot_name not in defn.no_need_buffer:
-                    keep.update(flat([entry]))
+                    keep.update(flatten([entry]))
     leaves = set(range(len(scan.variables))) - produced
     return keep | leaves
 
@@ -224,4 +213,4 @@ def awaits_backward(defn, out_slots, variables):
         not any(variables[s]._released for s in out_slots)
 
 
-__all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "flat", "effectful"]
+__all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "effectful"]
