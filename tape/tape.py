@@ -189,20 +189,10 @@ def record(tape, defn, args, attrs, given=None):
     grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
     if defn.fast and given is None and not tape.lazy:
         # One output, plain inputs, eager: the common case, kept short.
-        values = []
-        for arg in args:
-            value = arg._value
-            if value is None or arg._pending is not None:
-                value = arg.value()
-            values.append(value)
-        first = values[0] if values else None
         try:
-            if first.__class__ is _NDARRAY:
-                value = defn.kernel(np, attrs, *values)
-                if value.__class__ is not _NDARRAY:
-                    value = np.asarray(value)
-            else:
-                value = run_kernel(defn, attrs, values)[0]
+            value = _run_single(defn, attrs, args)
+        except FluidError:
+            raise
         except Exception as err:
             raise _kernel_error(defn, tape, err) from err
         shape, dtype = descs
@@ -245,12 +235,20 @@ def record(tape, defn, args, attrs, given=None):
     return results
 
 
+def _run_single(defn, attrs, args):
+    """The array a one-output op computes from Variables (numpy without module dispatch)."""
+    values = [arg.value() if arg._pending is not None or arg._value is None else arg._value
+              for arg in args]
+    if values[0].__class__ is _NDARRAY:
+        value = defn.kernel(np, attrs, *values)
+        return value if value.__class__ is _NDARRAY else np.asarray(value)
+    return run_kernel(defn, attrs, values)[0]
+
+
 def _run_trusted(defn, args, attrs):
     """Gradient ops of an eager backward that records nothing: the makers built them from
     checked forward shapes, so the kernel's result describes itself (no inference needed)."""
-    values = [arg.value() if arg._pending is not None or arg._value is None else arg._value
-              for arg in args]
-    value = run_kernel(defn, attrs, values)[0]
+    value = _run_single(defn, attrs, args)
     return Variable._make(value, value.shape, value.dtype, False)
 
 
