@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.infer import align_y, broadcast_shapes, result_dtype
 from ops.reduce import sum_to
 from ops.registry import Attr, register
@@ -121,7 +122,6 @@ def _(g):
     return gx, gy
 
 
-_NUMPY = {"axis": -1}
 
 
 def _infer_div(attrs, x, y):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.compose import NUMPY_AXIS
 from ops.registry import Attr, register
 from tape.errors import DTypeError, IndexingError, ShapeError
 from tape.tape import apply
@@ -138,5 +139,5 @@ def _(g):
         xp = array_module(ids._value) if ids._value is not None else default_module()
         keep = xp.ones((w.shape[0], 1), dtype=hess.dtype)
         keep[padding_idx] = 0
-        hess = apply(elementwise_mul, (hess, Variable(keep)), {"axis": -1})
+        hess = apply(elementwise_mul, (hess, Variable(keep)), NUMPY_AXIS)
     return None, None, apply(lookup_table, (hess, ids), {"padding_idx": -1})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops.compose import NUMPY_AXIS
 from ops.infer import require_float
 from ops.registry import Attr, register
 from tape import random_state
@@ -128,4 +129,4 @@ def _(g):
     gout = g.gouts[0]
     if gout is None:
         return (None,)
-    return (apply(elementwise_mul, (gout, g.outputs[1]), {"axis": -1}),)
+    return (apply(elementwise_mul, (gout, g.outputs[1]), NUMPY_AXIS),)

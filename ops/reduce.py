@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ops.compose import NUMPY_AXIS
 from ops.infer import normalize_axes, require_float
 from ops.registry import REGISTRY, Attr, register
 from tape.errors import DTypeError, ShapeError
@@ -204,7 +205,7 @@ def _(g):
     (x,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
     # Where X attains the extreme: a constant mask (comparisons have no gradient), so the
     # gradient is piecewise linear in dOut and its own derivative w.r.t. X is zero.
-    hits = apply(equal, (x, keep_dims(out, x, g.attrs)), {"axis": -1})
+    hits = apply(equal, (x, keep_dims(out, x, g.attrs)), NUMPY_AXIS)
     hits = apply(cast, (hits,), {"out_dtype": x.dtype.name})
     count = apply(reduce_sum, (hits,), {"axis": g.attrs["axis"], "keepdim": True})
     return (hits / count * keep_dims(gout, x, g.attrs),)
