@@ -1,0 +1,231 @@
+"""Recurrent-cell ops: the fused LSTM step (lstm_cell) and its fused gradient (lstm_cell_grad).
+
+An unrolled LSTM built from small ops records about 15 forward and 20 gradient ops per step, and
+their per-op overhead and temporaries dominate at typical sizes; one op per step (as DyNet's
+vanilla_lstm and PyTorch's fused LSTM cell) keeps the two projections as separate matmuls, so a
+scheduler can still batch the input projections of all steps. Gates are in PyTorch's order
+(i, f, g, o) along the last axis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ops.activation import sigmoid_grad, tanh, tanh_grad
+from ops.compose import NO_ATTRS, mul
+from ops.fill import fill_zeros_like
+from ops.reduce import sum_to
+from ops.registry import register
+from ops.shape import concat, split
+from tape.errors import DTypeError, ShapeError
+from tape.tape import apply, state
+
+_EXP_LIMITS = {}
+
+
+def _sigmoid_in_place(xp, z):
+    """z <- 1 / (1 + exp(-z)), clamping exp's argument where it would overflow (which changes
+    only results below the dtype's smallest normal number)."""
+    limit = _EXP_LIMITS.get(z.dtype)
+    if limit is None:
+        limit = _EXP_LIMITS[z.dtype] = math.floor(math.log(float(np.finfo(z.dtype).max)))
+    xp.negative(z, out=z)
+    xp.minimum(z, limit, out=z)
+    xp.exp(z, out=z)
+    z += 1.0
+    xp.reciprocal(z, out=z)
+
+
+def _by_gate(array):
+    """A (..., 4, H) view of a (..., 4H) array: index [..., k, :] is gate k of (i, f, g, o)."""
+    return array.reshape(array.shape[:-1] + (4, array.shape[-1] // 4))
+
+
+def _check_float(slots):
+    first_slot, first = slots[0]
+    if first.dtype.kind != "f":
+        raise DTypeError(None, f"input {first_slot} must be floating point",
+                         expected="float16, float32 or float64", actual=str(first.dtype))
+    for slot, var in slots[1:]:
+        if var is not None and var.dtype != first.dtype:
+            raise DTypeError(None, f"input {slot} must have {first_slot}'s dtype",
+                             expected=str(first.dtype), actual=f"{slot}.dtype == {var.dtype}")
+
+
+def _check_state(slot, var, gates_slot, gates):
+    """``var`` is (..., H) for ``gates`` (..., 4H): the same leading axes, a quarter the width."""
+    lead, hidden = tuple(gates.shape[:-1]), gates.shape[-1] // 4
+    if tuple(var.shape[:-1]) != lead:
+        raise ShapeError(None, f"the leading axes of {slot} and {gates_slot} differ",
+                         expected=f"{slot}.shape[:-1] == {gates_slot}.shape[:-1] == {lead}",
+                         actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}")
+    if var.shape[-1] != hidden:
+        raise ShapeError(None, f"the last axis of {slot} must be a quarter of {gates_slot}'s "
+                         "(one value per gate i, f, g, o)",
+                         expected=f"{slot}.shape[-1] == {gates_slot}.shape[-1] / 4 == {hidden}",
+                         actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}")
+
+
+def _check_gate_axis(slot, gates):
+    if not gates.shape or gates.shape[-1] % 4:
+        raise ShapeError(None, f"the last axis of {slot} must hold 4 gates (i, f, g, o)",
+                         expected=f"{slot}.shape[-1] divisible by 4", actual=f"{slot}.shape="
+                         f"{gates.shape}")
+
+
+def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
+    _check_float([("Gi", gi), ("Gh", gh), ("C", c), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
+    if tuple(gi.shape) != tuple(gh.shape):
+        raise ShapeError(None, "Gi and Gh must have the same shape",
+                         expected="Gi.shape == Gh.shape", actual=f"Gi.shape={gi.shape}, "
+                         f"Gh.shape={gh.shape}")
+    _check_gate_axis("Gi", gi)
+    _check_state("C", c, "Gi", gi)
+    for slot, bias in (("BiasIh", bias_ih), ("BiasHh", bias_hh)):
+        if bias is not None and tuple(bias.shape) != (gi.shape[-1],):
+            raise ShapeError(None, f"{slot} must hold one value per gate unit",
+                             expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
+                             actual=f"{slot}.shape={bias.shape}")
+    state_desc = (tuple(c.shape), gi.dtype)
+    return state_desc, state_desc, (tuple(gi.shape), gi.dtype)
+
+
+@register("lstm_cell", inputs=("Gi", "Gh", "C", "BiasIh?", "BiasHh?"),
+          outputs=("Hout", "Cout", "Gates"), infer=_infer_lstm,
+          no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"), returns=lambda results: results[:2])
+def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
+    """One LSTM step from the projections Gi = x W_ih^T and Gh = h W_hh^T, (..., 4H) each, and
+    the cell state C (..., H); returns (Hout, Cout), keeping Gates for the gradient:
+
+        z = Gi + Gh + BiasIh + BiasHh (the biases are optional, (4H,))
+        i, f, g, o = sigmoid(z_i), sigmoid(z_f), tanh(z_g), sigmoid(z_o);  Gates = [i, f, g, o]
+        Cout = f * C + i * g;  Hout = o * tanh(Cout)
+
+    Gradient, with dC' = dCout + dHout * o * (1 - tanh(Cout)^2):
+        dz = [dC' g i (1 - i), dC' C f (1 - f), dC' i (1 - g^2), dHout tanh(Cout) o (1 - o)]
+        dGi = dGh = dz;  dBiasIh = dBiasHh = dz summed over the leading axes;  dC = dC' * f
+    one fused 'lstm_cell_grad' op, or registered ops (split, sigmoid_grad, tanh_grad, mul,
+    concat) when the gradient must itself be differentiable.
+
+    >>> import numpy as np, tape, ops
+    >>> zeros = tape.Variable(np.zeros((1, 8), np.float32))
+    >>> h, c = ops.lstm_cell(zeros, zeros, tape.Variable(np.ones((1, 2), np.float32)))
+    >>> c.numpy(), h.numpy().round(4)
+    (array([[0.5, 0.5]], dtype=float32), array([[0.2311, 0.2311]], dtype=float32))
+    """
+    gates = xp.add(gi, gh)
+    if bias_ih is not None and bias_hh is not None:
+        gates += bias_ih + bias_hh  # one (4H,) add instead of a second pass over the batch
+    elif bias_ih is not None or bias_hh is not None:
+        gates += bias_ih if bias_ih is not None else bias_hh
+    by_gate = _by_gate(gates)
+    g = by_gate[..., 2, :]
+    tanh_g = xp.tanh(g)
+    _sigmoid_in_place(xp, gates)  # one pass over all four gates; g is put back below
+    g[...] = tanh_g
+    i, f, o = by_gate[..., 0, :], by_gate[..., 1, :], by_gate[..., 3, :]
+    hout = xp.multiply(f, c)
+    cout = xp.multiply(i, g)
+    cout += hout
+    xp.tanh(cout, out=hout)  # hout's buffer served as f * C's temporary
+    hout *= o
+    return hout, cout, gates
+
+
+@lstm_cell.gradient
+def _(g):
+    _, _, c, bias_ih, bias_hh = g.inputs
+    _, cout, gates = g.outputs
+    g_hout, g_cout, g_gates = g.gouts
+    if state.grad_enabled or g_gates is not None:
+        gz, gc = _composed_grad(gates, c, cout, g_hout, g_cout, g_gates)
+    else:
+        gz, gc = apply(lstm_cell_grad, (gates, c, cout, g_hout, g_cout), NO_ATTRS)
+    gbias = None
+    if g.needs(3) or g.needs(4):
+        gbias = sum_to(gz, (gates.shape[-1],))  # both biases get this one Variable
+    return gz, gz, gc, gbias if g.needs(3) else None, gbias if g.needs(4) else None
+
+
+def _composed_grad(gates, c, cout, g_hout, g_cout, g_gates):
+    """(dz, dC) from registered ops, differentiable again: the formulas of lstm_cell_grad, plus
+    the gradient of the Gates output (which a double backward reaches through this very graph)."""
+    split4 = {"num": 4, "sections": (), "axis": len(gates.shape) - 1}
+    i, f, g, o = apply(split, (gates,), split4)
+    g_state, g_o = g_cout, None
+    if g_hout is not None:
+        tanh_c = apply(tanh, (cout,), NO_ATTRS)
+        g_o = mul(g_hout, tanh_c)
+        from_h = apply(tanh_grad, (tanh_c, mul(g_hout, o)), NO_ATTRS)
+        g_state = from_h if g_state is None else g_state + from_h
+    # Gradients of the activated gates i, f, g, o, before their activations' derivatives.
+    activated = [None, None, None, g_o]
+    if g_state is not None:
+        activated[:3] = [mul(g_state, g), mul(g_state, c), mul(g_state, i)]
+    if g_gates is not None:
+        for k, piece in enumerate(apply(split, (g_gates,), split4)):
+            activated[k] = piece if activated[k] is None else activated[k] + piece
+    pieces = []
+    for out, grad, derivative in zip((i, f, g, o), activated,
+                                     (sigmoid_grad, sigmoid_grad, tanh_grad, sigmoid_grad)):
+        pieces.append(apply(fill_zeros_like, (out,), NO_ATTRS) if grad is None
+                      else apply(derivative, (out, grad), NO_ATTRS))
+    gz = apply(concat, (pieces,), {"axis": len(gates.shape) - 1})
+    return gz, None if g_state is None else mul(g_state, f)
+
+
+def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
+    _check_float([("Gates", gates), ("C", c), ("Cout", cout), ("Hout@GRAD", g_hout),
+                  ("Cout@GRAD", g_cout)])
+    _check_gate_axis("Gates", gates)
+    for slot, var in (("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)):
+        if var is not None:
+            _check_state(slot, var, "Gates", gates)
+    return (tuple(gates.shape), gates.dtype), (tuple(c.shape), c.dtype)
+
+
+@register("lstm_cell_grad", inputs=("Gates", "C", "Cout", "Hout@GRAD?", "Cout@GRAD?"),
+          outputs=("Z@GRAD", "C@GRAD"), infer=_infer_lstm_grad, differentiable=False)
+def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
+    """lstm_cell's gradient from its saved Gates [i, f, g, o], C and Cout (tanh(Cout) is
+    recomputed); an absent Hout@GRAD or Cout@GRAD counts as zeros. With
+    dC' = Cout@GRAD + Hout@GRAD * o * (1 - tanh(Cout)^2):
+
+        Z@GRAD = [dC' g i (1 - i), dC' C f (1 - f), dC' i (1 - g^2), Hout@GRAD tanh(Cout) o (1 - o)]
+        C@GRAD = dC' * f
+
+    Not differentiable: a gradient that must be differentiated again is composed from
+    registered ops instead (see lstm_cell).
+    """
+    i, f, g, o = (_by_gate(gates)[..., k, :] for k in range(4))
+    gz = xp.empty(gates.shape, gates.dtype)
+    gz_i, gz_f, gz_g, gz_o = (_by_gate(gz)[..., k, :] for k in range(4))
+    if g_hout is not None:
+        g_state = xp.tanh(cout)
+        xp.subtract(1.0, o, out=gz_o)
+        gz_o *= o
+        gz_o *= g_hout
+        gz_o *= g_state
+        # The state's gradient is built in tanh(Cout)'s buffer, after its last read above.
+        xp.multiply(g_state, g_state, out=g_state)
+        xp.subtract(1.0, g_state, out=g_state)
+        g_state *= o
+        g_state *= g_hout
+        if g_cout is not None:
+            g_state += g_cout
+    else:
+        gz_o[...] = 0.0
+        g_state = g_cout if g_cout is not None else xp.zeros(c.shape, c.dtype)
+    for gz_k, activated, times in ((gz_i, i, g), (gz_f, f, c)):
+        xp.subtract(1.0, activated, out=gz_k)  # sigmoid' = s (1 - s)
+        gz_k *= activated
+        gz_k *= times
+        gz_k *= g_state
+    xp.multiply(g, g, out=gz_g)
+    xp.subtract(1.0, gz_g, out=gz_g)  # tanh' = 1 - g^2
+    gz_g *= i
+    gz_g *= g_state
+    # g_state is this kernel's own buffer when Hout@GRAD came, never Cout@GRAD's.
+    return gz, xp.multiply(g_state, f, out=g_state if g_hout is not None else None)
