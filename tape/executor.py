@@ -37,11 +37,12 @@ from tape.variable import Variable
 
 
 class Executor:
-    """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads."""
+    """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads;
+    ``exact=True``: without the rewrites that reorder floating-point sums (see ``tape.lazy``)."""
 
-    def __init__(self, place="cpu", threads=0, cache=None):
+    def __init__(self, place="cpu", threads=0, cache=None, exact=False):
         self.place, self.xp, self.threads = place, module_for(place), int(threads)
-        self.cache = CACHE if cache is None else cache
+        self.cache, self.exact = CACHE if cache is None else cache, bool(exact)
 
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
@@ -71,13 +72,13 @@ class Executor:
         full = with_feed_fetch(program, feed_names, fetch_names, op_targets)
         form, order = canonical_form(full.global_block())
         key = ("executor", json.dumps(form, default=repr), tuple(feed_names), tuple(fetch_names),
-               self.place)
+               self.place, self.exact)
         compiled = self.cache.get(key)
         if compiled is None:
             keep = [f"fetch@{name}" for name in fetch_names]
             compiled = pipeline.schedule(pipeline.analyse(full), keep,
                                          {name: i for i, name in enumerate(order)}, len(order),
-                                         self.xp)
+                                         self.xp, exact=self.exact)
             self.cache.put(key, compiled)
         return compiled, full, order
 
@@ -102,7 +103,7 @@ class Executor:
 
     def _write_back(self, compiled, full, order, vals, program, scope):
         block = full.global_block()
-        for slot in compiled.produced:
+        for slot in compiled.writeback:  # (slots of a rewrite's own variables are never kept)
             name = order[slot]
             if not block.vars[name].persistable:
                 continue

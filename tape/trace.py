@@ -123,16 +123,22 @@ class Compiled:
         self.xp, self.debug = xp, debug
         self.slot_of = {name: slot for slot, name in enumerate(names)}
         self.plans = {}
-        self.candidates = tuple(sorted(self.plan(frozenset()).freed))
+        # What a run may free, so whether the user holds it matters: every variable of the run
+        # not kept (what the memory plan frees before a rewrite drops some and adds its own).
+        block = analysis.pruned.program.global_block()
+        used = {name for op in block.ops for name in op.input_names() + op.output_names()}
+        self.candidates = tuple(sorted(self.slot_of[name] for name in used if name not in keep
+                                       and not block.vars[name].persistable))
 
-    def plan(self, held):
-        """The plan when the user holds the variables in slots ``held`` (kept as well)."""
-        compiled = self.plans.get(held)
+    def plan(self, held, exact=False):
+        """The plan when the user holds the variables in slots ``held`` (kept as well);
+        ``exact``: without the rewrites that reorder floating-point sums."""
+        compiled = self.plans.get((held, exact))
         if compiled is None:
             keep = self.keep | {self.names[s] for s in held}
             compiled = pipeline.schedule(self.analysis, keep, self.slot_of, len(self.names),
-                                         self.xp, self.debug)
-            self.plans[held] = compiled
+                                         self.xp, self.debug, exact)
+            self.plans[(held, exact)] = compiled
         return compiled
 
 

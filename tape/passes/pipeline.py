@@ -1,9 +1,12 @@
 """The scheduler's pipeline: which passes run, in which order, and what they report.
 
-    prune -> dependencies -> memory_plan -> plan -> (cache) -> execute
+    prune -> dependencies -> (batch_products -> dependencies) -> memory_plan -> plan -> (cache)
+    -> execute
 
-Fusion of elementwise chains (DESIGN.md, pass 5) belongs between prune and dependencies: it
-rewrites the pruned block, and everything after it sees the fused ops like any other. With
+Rewrites of the pruned block (batching small products; fusion of elementwise chains, DESIGN.md
+pass 5, belongs beside it) run when the plan is scheduled, because they must know which variables
+the caller keeps; the dependencies are rebuilt for the rewritten block and everything after it
+sees the new ops like any other. ``exact=True`` skips the rewrites that reassociate sums. With
 ``debug`` (or the environment variable FLUIDTAPE_DEBUG=1) the IR is verified between passes and
 each pass prints one line of statistics to stderr.
 """
@@ -13,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import typing
 
 import numpy as np
 
-from tape.passes import dependencies, memory_plan, plan, prune
+from tape.passes import batch_products, dependencies, memory_plan, plan, prune
 
 DEBUG = os.environ.get("FLUIDTAPE_DEBUG", "") not in ("", "0")
 
@@ -27,6 +31,16 @@ class Analysis:
 
     source: object
     pruned: object
+    deps: object
+
+
+class Decisions(typing.NamedTuple):
+    """What a plan was compiled from (``Plan.analysis``): the analysis, the memory plan, and the
+    block and DAG after the rewrites (the analysed ones when nothing was rewritten)."""
+
+    analysis: Analysis
+    memory: object
+    block: object
     deps: object
 
 
@@ -50,32 +64,54 @@ def analyse(program, targets=(), debug=None) -> Analysis:
     return Analysis(program, pruned, deps)
 
 
-def schedule(analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None) -> plan.Plan:
-    """The memory plan and the compiled Plan; ``keep`` names variables never to free.
+def schedule(analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None,
+             exact=False) -> plan.Plan:
+    """Rewrites (unless ``exact``), the memory plan and the compiled Plan; ``keep`` names
+    variables never to free.
 
-    ``slot_of`` numbers the variables (default: the pruned block's declaration order).
+    ``slot_of`` numbers the variables (default: the pruned block's declaration order); variables
+    a rewrite introduces get slots after them and are never written back.
     """
     debug = DEBUG if debug is None else debug
-    block = analysis.pruned.program.global_block()
-    memory = memory_plan.plan_memory(block, analysis.deps, keep)
+    block, deps = analysis.pruned.program.global_block(), analysis.deps
+    if not exact:
+        rewritten = batch_products.rewrite(block, keep)
+        if rewritten is not block:
+            if debug:
+                _report("batch_products", f"{len(block.ops)} ops -> {len(rewritten.ops)} ops")
+            block, deps = rewritten, dependencies.analyse(rewritten)
+    memory = memory_plan.plan_memory(block, deps, keep)
     if debug:
-        _check_memory(memory, analysis.deps)
+        _check_memory(memory, deps)
         _report("memory_plan", f"{len(memory.refcount)} variables freed early, "
                 f"{len(memory.users) - len(memory.refcount)} kept, "
                 f"{len(memory.buffer_free_reads)} buffer-free reads")
     if slot_of is None:
-        slot_of = {name: i for i, name in enumerate(block.vars)}
+        slot_of = {name: i for i, name in enumerate(analysis.pruned.program.global_block().vars)}
         slots = len(slot_of)
-    compiled = plan.build(block, analysis.deps, memory, slot_of, slots, xp, (analysis, memory))
+    added = [name for name in block.vars if name not in slot_of]
+    slot_of = {**slot_of, **{name: slots + i for i, name in enumerate(added)}}
+    compiled = plan.build(block, deps, memory, slot_of, slots + len(added), xp,
+                          Decisions(analysis, memory, block, deps))
+    if added:
+        compiled = dataclasses.replace(
+            compiled, writeback=tuple(s for s in compiled.writeback if s < slots))
     if debug:
         assert len(compiled.instructions) == len(block.ops)
         _report("plan", f"{len(compiled.instructions)} instructions over {compiled.slots} slots")
     return compiled
 
 
-def compile_program(program, targets=(), keep=(), debug=None) -> plan.Plan:
+def rewritten(compiled) -> bool:
+    """Whether a rewrite changed the plan's block (its results may then differ from eager mode
+    by floating-point reassociation)."""
+    decisions = compiled.analysis
+    return decisions.block is not decisions.analysis.pruned.program.global_block()
+
+
+def compile_program(program, targets=(), keep=(), debug=None, exact=False) -> plan.Plan:
     """All passes in order for a standalone program (slots in the pruned declaration order)."""
-    return schedule(analyse(program, targets, debug), keep, debug=debug)
+    return schedule(analyse(program, targets, debug), keep, debug=debug, exact=exact)
 
 
 def _check_memory(memory, deps):
@@ -93,15 +129,17 @@ def _report(name, text):
 
 def explain(compiled, cache=None) -> str:
     """A readable account of a plan: ops kept, reduced edges, where each variable is freed."""
-    analysis, memory = compiled.analysis
-    block = analysis.pruned.program.global_block()
+    analysis, memory, block, deps = compiled.analysis
     names = [op.name or f"{op.type}_{i}" for i, op in enumerate(block.ops)]
-    lines = [f"ops kept: {len(block.ops)} of {len(analysis.source.global_block().ops)}"]
+    lines = [f"ops kept: {len(analysis.pruned.program.global_block().ops)} of "
+             f"{len(analysis.source.global_block().ops)}"]
+    if rewritten(compiled):
+        lines.append(f"batched products: {len(block.ops)} ops after the rewrite")
     lines += [f"  {name}: {op.type}" for name, op in zip(names, block.ops, strict=True)]
-    lines.append(f"dependency edges after reduction: {analysis.deps.edge_count()} "
-                 f"(of {analysis.deps.edge_count(False)})")
+    lines.append(f"dependency edges after reduction: {deps.edge_count()} "
+                 f"(of {deps.edge_count(False)})")
     lines += [f"  {names[i]} -> {', '.join(names[j] for j in succ)}"
-              for i, succ in enumerate(analysis.deps.successors) if succ]
+              for i, succ in enumerate(deps.successors) if succ]
     lines.append("variables:")
     for var, before, after, freed in memory_plan.table(memory, block):
         where = f"freed after {', '.join(after)}" if freed else "kept"
@@ -112,4 +150,7 @@ def explain(compiled, cache=None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["analyse", "schedule", "compile_program", "explain", "Analysis", "DEBUG"]
+__all__ = [
+    "analyse", "schedule", "compile_program", "explain", "rewritten", "Analysis", "Decisions",
+    "DEBUG",
+]

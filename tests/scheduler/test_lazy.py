@@ -118,8 +118,8 @@ def _step_with_activations():
 
 def test_forward_activations_are_freed_right_after_their_last_gradient_op():
     t, forward, activations, loss = _step_with_activations()
-    analysis, memory = t._last_plan.analysis
-    block = analysis.pruned.program.global_block()
+    decisions = t._last_plan.analysis
+    block, memory = decisions.block, decisions.memory
     tape_index = [int(op.name.rsplit("_", 1)[1]) for op in block.ops]
     freed_after = {name: i for i, names in enumerate(memory.free_after) for name in names}
     forward_names = {name for i, op in enumerate(block.ops) if tape_index[i] < forward

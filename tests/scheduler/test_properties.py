@@ -172,7 +172,7 @@ def test_nothing_is_freed_before_its_last_use_and_everything_freeable_is_freed(d
     for op in block.ops:
         op.is_target = op.type in ("sgd", "adam", "save")
     compiled = pipeline.compile_program(program, fetch, keep=fetch)
-    order = list(compiled.analysis[0].pruned.program.global_block().vars)
+    order = list(compiled.analysis.analysis.pruned.program.global_block().vars)
     vals = _Watched(compiled.slots, {slot for slot, _, _ in compiled.stubs})
     for slot in compiled.inputs:
         list.__setitem__(vals, slot, program.bindings[order[slot]].value().copy())
@@ -182,7 +182,8 @@ def test_nothing_is_freed_before_its_last_use_and_everything_freeable_is_freed(d
         execute.run(compiled, vals, threads)
     assert vals.bad_reads == []
     assert all(list.__getitem__(vals, slot) is None for slot in compiled.freed)
-    written = {n for i in compiled.analysis[0].pruned.kept for n in block.ops[i].output_names()}
+    kept = compiled.analysis.analysis.pruned.kept
+    written = {n for i in kept for n in block.ops[i].output_names()}
     assert all(list.__getitem__(vals, order.index(name)) is not None
                for name in fetch if name in written)
 
