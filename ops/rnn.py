@@ -71,8 +71,8 @@ def _check_state(slot, var, gates_slot, gates):
 def _check_gate_axis(slot, gates):
     if not gates.shape or gates.shape[-1] % 4:
         raise ShapeError(None, f"the last axis of {slot} must hold 4 gates (i, f, g, o)",
-                         expected=f"{slot}.shape[-1] divisible by 4", actual=f"{slot}.shape="
-                         f"{gates.shape}")
+                         expected=f"{slot}.shape == (..., 4 * H)",
+                         actual=f"{slot}.shape={gates.shape}")
 
 
 def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
