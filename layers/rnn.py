@@ -2,8 +2,9 @@
 
 Parameters follow PyTorch (``weight_ih`` (G*H, input_size), ``weight_hh`` (G*H, H), ``bias_ih``
 and ``bias_hh`` (G*H,), gate blocks stacked along the first axis), so a PyTorch state dict loads
-as it is. A step computes all gates with one matmul per input and cuts them apart with one
-``split`` op: few ops per step, which is what an unrolled Python loop pays for.
+as it is. A step computes all gates with one matmul per input; few ops per step is what an
+unrolled Python loop pays for. An LSTM step is then one fused ``lstm_cell`` op (biases, gates
+and state update, and one fused gradient op); a GRU step cuts the gates apart with ``split``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ _MUL = REGISTRY["elementwise_mul"]
 _SPLIT = REGISTRY["split"]
 _SIGMOID = REGISTRY["sigmoid"]
 _TANH = REGISTRY["tanh"]
+_LSTM = REGISTRY["lstm_cell"]
 _TRANSPOSE_Y = _MATMUL.check_attrs({"transpose_y": True})
 _NUMPY = _ADD.check_attrs({"axis": -1})
+_NO_ATTRS = {}
 
 
 class _Cell(Function):
@@ -96,6 +99,9 @@ class LSTMCell(_Cell):
         c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
         h' = sigmoid(o) * tanh(c')
 
+    A step records three ops: the two projections (kept apart so that a scheduler can batch
+    the input projections of all steps) and one ``lstm_cell`` for the rest.
+
     Args:
         input_size, hidden_size: feature sizes of x (batch, input_size) and of h and c.
         bias: whether to use ``bias_ih`` and ``bias_hh``.
@@ -118,13 +124,9 @@ class LSTMCell(_Cell):
             h, c = state
             self._check_state(x, h, "h")
             self._check_state(x, c, "c")
-        gi, gh = self._projections(x, h)
-        i, f, g, o = apply(_SPLIT, (apply(_ADD, (gi, gh), _NUMPY),), self._split)
-        c = apply(_ADD, (apply(_MUL, (apply(_SIGMOID, (f,), {}), c), _NUMPY),
-                         apply(_MUL, (apply(_SIGMOID, (i,), {}), apply(_TANH, (g,), {})),
-                               _NUMPY)), _NUMPY)
-        h = apply(_MUL, (apply(_SIGMOID, (o,), {}), apply(_TANH, (c,), {})), _NUMPY)
-        return h, c
+        gi = apply(_MATMUL, (x, self.weight_ih), _TRANSPOSE_Y)
+        gh = apply(_MATMUL, (h, self.weight_hh), _TRANSPOSE_Y)
+        return apply(_LSTM, (gi, gh, c, self.bias_ih, self.bias_hh), _NO_ATTRS)
 
 
 class GRUCell(_Cell):
