@@ -24,12 +24,9 @@ are removed afterwards.
 from __future__ import annotations
 
 import collections
-import dataclasses
-import itertools
 
-from ops.registry import REGISTRY
-from tape.ir import Block, OpDesc, VarDesc, freeze
-from tape.passes.dependencies import ordered_kind, written_names
+from tape.ir import Block
+from tape.passes.block_edits import Scan, remove_dead
 
 # Measured here (16-row float32 products, one BLAS thread): joining two or three products gains
 # nothing (0.9-1.1x), four 1.2-1.6x, eight 1.5-1.7x, fifty 2-3x.
@@ -45,87 +42,7 @@ def rewrite(block, keep=()) -> Block:
     return result if result is block else remove_dead(result, keep)
 
 
-def remove_dead(block, keep=()) -> Block:
-    """Drops pure ops none of whose results is read or kept (what a rewrite left unused)."""
-    keep = set(keep) | {n for n, v in block.vars.items() if v.persistable}
-    ops = list(block.ops)
-    while True:
-        read = {name for op in ops for name in op.input_names()}
-        alive = [op for op in ops if op.is_target or ordered_kind(REGISTRY[op.type]) or
-                 any(name in read or name in keep for name in op.output_names())]
-        if len(alive) == len(ops):
-            break
-        ops = alive
-    used = {name for op in ops for name in op.input_names() + op.output_names()}
-    variables = {n: v for n, v in block.vars.items() if n in used or n in keep}
-    return Block(variables, ops, block.idx)
-
-
-@dataclasses.dataclass
-class _Edits:
-    """Pending changes to a block: ops to insert before an index, ops replaced or removed."""
-
-    block: Block
-    before: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
-    replaced: dict = dataclasses.field(default_factory=dict)
-    new_vars: dict = dataclasses.field(default_factory=dict)
-
-    def var(self, name):
-        return self.new_vars.get(name) or self.block.vars[name]
-
-    def fresh(self, prefix, shape, dtype):
-        for n in itertools.count(len(self.new_vars)):
-            name = f"{prefix}@batched{n}"
-            if name not in self.block.vars and name not in self.new_vars:
-                self.new_vars[name] = VarDesc(name, tuple(shape), dtype)
-                return name
-        raise AssertionError("unreachable")
-
-    def op(self, type, inputs, outputs, attrs, like):
-        """A new OpDesc recorded where ``like`` was (its location names the user's line)."""
-        full = freeze(REGISTRY[type].check_attrs(attrs))
-        return OpDesc(type, inputs, outputs, full, name=f"{like.name}/batched_{type}",
-                      location=like.location)
-
-    def apply(self):
-        if not self.before and not self.replaced:
-            return self.block
-        ops = []
-        for index, op in enumerate(self.block.ops):
-            ops.extend(self.before.get(index, ()))
-            ops.extend(self.replaced.get(index, [op]))
-        ops.extend(self.before.get(len(self.block.ops), ()))
-        return Block({**self.block.vars, **self.new_vars}, ops, self.block.idx)
-
-
-class _Scan(_Edits):
-    """A block with who writes and who reads each variable."""
-
-    def __init__(self, block, keep):
-        super().__init__(block)
-        self.keep = keep | {n for n, v in block.vars.items() if v.persistable}
-        self.writers, self.readers = collections.defaultdict(list), collections.defaultdict(list)
-        for index, op in enumerate(block.ops):
-            for name in written_names(op):
-                self.writers[name].append(index)
-            for name in op.input_names():
-                self.readers[name].append(index)
-
-    def producer(self, name):
-        """The index of the one op writing ``name``, or None (a leaf, or written twice)."""
-        writers = self.writers.get(name, ())
-        return writers[0] if len(writers) == 1 else None
-
-    def unchanged(self, name, start, end):
-        """Whether no op strictly between ``start`` and ``end`` writes ``name``."""
-        low, high = min(start, end), max(start, end)
-        return not any(low < w < high for w in self.writers.get(name, ()))
-
-    def two_d(self, *names):
-        return all(len(self.var(n).shape) == 2 for n in names)
-
-
-class _SumsOfProducts(_Scan):
+class _SumsOfProducts(Scan):
     def __init__(self, block, keep):
         super().__init__(block, keep)
         self.joined = {}  # (names, axis) -> the name of their concat, emitted once
@@ -232,7 +149,7 @@ class _SumsOfProducts(_Scan):
         return joined
 
 
-class _SharedOperands(_Scan):
+class _SharedOperands(Scan):
     def apply(self):
         groups = collections.defaultdict(list)
         for index, op in enumerate(self.block.ops):
@@ -293,4 +210,4 @@ class _SharedOperands(_Scan):
             self.replaced[index] = []
 
 
-__all__ = ["rewrite", "remove_dead", "MIN_GROUP"]
+__all__ = ["rewrite", "MIN_GROUP"]

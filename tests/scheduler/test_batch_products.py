@@ -13,6 +13,7 @@ import tape
 from tape.ir import Program
 from tape.passes import pipeline
 from tape.passes.batch_products import MIN_GROUP, rewrite
+from tape.passes.block_edits import remove_dead
 from tape.passes.execute import run_reference
 
 STEPS = MIN_GROUP + 1
@@ -229,3 +230,14 @@ def test_shared_weight_gradients_match_eager_mode(steps, rows, n_in, n_out, tran
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(got, want, rtol=0, atol=256 * eps * max(np.abs(want).max(), 1))
     assert pipeline.rewritten(plan) == (steps >= MIN_GROUP)
+
+
+def test_dead_code_removal_keeps_what_is_kept_read_or_has_effects():
+    block = _block({"x": (2,), "lr": (1,), "grad": (2,)})
+    block.vars["x"].persistable = True
+    block.append_op("tanh", {"X": ["x"]}, {"Out": ["unread"]})
+    block.append_op("exp", {"X": ["x"]}, {"Out": ["kept"]})
+    block.append_op("square", {"X": ["x"]}, {"Out": ["read"]})
+    block.append_op("sgd", {"Param": ["x"], "Grad": ["read"], "LearningRate": ["lr"]},
+                    {"ParamOut": ["x"]})
+    assert _types(remove_dead(block, keep={"kept"})) == ["exp", "square", "sgd"]
