@@ -9,8 +9,6 @@ scheduler can still batch the input projections of all steps. Gates are in PyTor
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ops.activation import sigmoid_grad, tanh, tanh_grad
@@ -22,25 +20,26 @@ from ops.shape import concat, split
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply, state
 
-_EXP_LIMITS = {}
-
 
 def _sigmoid_in_place(xp, z):
-    """z <- 1 / (1 + exp(-z)), clamping exp's argument where it would overflow (which changes
-    only results below the dtype's smallest normal number)."""
-    limit = _EXP_LIMITS.get(z.dtype)
-    if limit is None:
-        limit = _EXP_LIMITS[z.dtype] = math.floor(math.log(float(np.finfo(z.dtype).max)))
+    """z <- 1 / (1 + exp(-z)). Where exp(-z) overflows to inf the result is 0, the right limit,
+    so the overflow warning is silenced rather than the argument clamped (a clamp is a pass
+    that costs as much as the exp)."""
     xp.negative(z, out=z)
-    xp.minimum(z, limit, out=z)
-    xp.exp(z, out=z)
+    with np.errstate(over="ignore"):
+        xp.exp(z, out=z)
     z += 1.0
-    xp.reciprocal(z, out=z)
+    xp.divide(1.0, z, out=z)
 
 
 def _by_gate(array):
     """A (..., 4, H) view of a (..., 4H) array: index [..., k, :] is gate k of (i, f, g, o)."""
     return array.reshape(array.shape[:-1] + (4, array.shape[-1] // 4))
+
+
+def _gate_major(ndim):
+    """The transpose of a (..., 4, H) array (``ndim`` axes) to (4, ..., H)."""
+    return (ndim - 2, *range(ndim - 2), ndim - 1)
 
 
 def _check_float(slots):
@@ -199,33 +198,42 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     Not differentiable: a gradient that must be differentiated again is composed from
     registered ops instead (see lstm_cell).
     """
-    i, f, g, o = (_by_gate(gates)[..., k, :] for k in range(4))
-    gz = xp.empty(gates.shape, gates.dtype)
-    gz_i, gz_f, gz_g, gz_o = (_by_gate(gz)[..., k, :] for k in range(4))
-    if g_hout is not None:
-        g_state = xp.tanh(cout)
-        xp.subtract(1.0, o, out=gz_o)
-        gz_o *= o
-        gz_o *= g_hout
-        gz_o *= g_state
-        # The state's gradient is built in tanh(Cout)'s buffer, after its last read above.
-        xp.multiply(g_state, g_state, out=g_state)
-        xp.subtract(1.0, g_state, out=g_state)
-        g_state *= o
-        g_state *= g_hout
-        if g_cout is not None:
-            g_state += g_cout
-    else:
-        gz_o[...] = 0.0
-        g_state = g_cout if g_cout is not None else xp.zeros(c.shape, c.dtype)
-    for gz_k, activated, times in ((gz_i, i, g), (gz_f, f, c)):
-        xp.subtract(1.0, activated, out=gz_k)  # sigmoid' = s (1 - s)
-        gz_k *= activated
-        gz_k *= times
-        gz_k *= g_state
+    # Arithmetic on a gate's strided slice of (..., 4H) costs several times as much as on a
+    # contiguous array at LSTM sizes, so the gates are copied once into a gate-major block
+    # (4, ..., H) and Z@GRAD is built in another, copied back at the end.
+    to_major = _gate_major(gates.ndim + 1)
+    major = xp.ascontiguousarray(_by_gate(gates).transpose(to_major))
+    i, f, g, o = major
+    gz_major = xp.subtract(1.0, major)
+    gz_major *= major  # sigmoid' = s (1 - s), right for i, f and o
+    gz_i, gz_f, gz_g, gz_o = gz_major
     xp.multiply(g, g, out=gz_g)
     xp.subtract(1.0, gz_g, out=gz_g)  # tanh' = 1 - g^2
+    g_state = _state_grad(xp, o, c, cout, g_hout, g_cout, gz_o)
+    gz_i *= g
+    gz_f *= c
     gz_g *= i
-    gz_g *= g_state
+    gz_major[:3] *= g_state
+    gz = xp.empty(gates.shape, gates.dtype)
+    _by_gate(gz).transpose(to_major)[...] = gz_major
     # g_state is this kernel's own buffer when Hout@GRAD came, never Cout@GRAD's.
     return gz, xp.multiply(g_state, f, out=g_state if g_hout is not None else None)
+
+
+def _state_grad(xp, o, c, cout, g_hout, g_cout, gz_o):
+    """dC' = Cout@GRAD + Hout@GRAD * o * (1 - tanh(Cout)^2); multiplies gz_o (holding
+    o (1 - o)) by Hout@GRAD * tanh(Cout) on the way."""
+    if g_hout is None:
+        gz_o[...] = 0.0
+        return g_cout if g_cout is not None else xp.zeros(c.shape, c.dtype)
+    g_state = xp.tanh(cout)
+    gz_o *= g_hout
+    gz_o *= g_state
+    # The state's gradient is built in tanh(Cout)'s buffer, after its last read above.
+    xp.multiply(g_state, g_state, out=g_state)
+    xp.subtract(1.0, g_state, out=g_state)
+    g_state *= o
+    g_state *= g_hout
+    if g_cout is not None:
+        g_state += g_cout
+    return g_state

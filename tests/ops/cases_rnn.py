@@ -42,22 +42,21 @@ def lstm_cell_grad_reference(gates, c, cout, g_hout=None, g_cout=None):
     return gz, g_state * f
 
 
-def _saved(batch, hidden):
+def _saved(lead, hidden):
     """Gates, C, Cout of a real forward step (so Gates lie in the activations' ranges)."""
     rng = np.random.default_rng(5)
-    shape = (batch, 4 * hidden) if batch else (4 * hidden,)
-    c = rng.standard_normal(shape[:-1] + (hidden,))
+    shape = lead + (4 * hidden,)
+    c = rng.standard_normal(lead + (hidden,))
     _, cout, gates = lstm_cell_reference(rng.standard_normal(shape), rng.standard_normal(shape), c)
     return {"Gates": gates, "C": c, "Cout": cout}
 
 
-def _grad_case(name, batch, hidden, with_hout=True, with_cout=True):
-    inputs = _saved(batch, hidden)
-    state = (batch, hidden) if batch else (hidden,)
+def _grad_case(name, lead, hidden, with_hout=True, with_cout=True):
+    inputs = _saved(lead, hidden)
     if with_hout:
-        inputs["Hout@GRAD"] = state
+        inputs["Hout@GRAD"] = lead + (hidden,)
     if with_cout:
-        inputs["Cout@GRAD"] = state
+        inputs["Cout@GRAD"] = lead + (hidden,)
     return OpCase("lstm_cell_grad", inputs, reference=lstm_cell_grad_reference, grad=False,
                   name=name)
 
@@ -72,16 +71,20 @@ CASES = [
            reference=lstm_cell_returned, double_grad=True, name="vector_bias"),
     OpCase("lstm_cell", {"Gi": (12,), "Gh": (12,), "C": (3,), "BiasHh": (12,)},
            reference=lstm_cell_returned, name="vector_one_bias"),
+    OpCase("lstm_cell", {"Gi": (3, 2, 8), "Gh": (3, 2, 8), "C": (3, 2, 2), "BiasIh": (8,),
+                         "BiasHh": (8,)}, reference=lstm_cell_returned, name="two_leading_axes"),
     OpCase("lstm_cell", {"Gi": (16, 512), "Gh": (16, 512), "C": (16, 128), "BiasIh": (512,),
                          "BiasHh": (512,)}, reference=lstm_cell_returned, name="benchmark_size"),
     OpCase("lstm_cell", {"Gi": (0, 8), "Gh": (0, 8), "C": (0, 2)},
            reference=lstm_cell_returned, name="empty_batch"),
-    # Saturated gates: sigmoid's exp(-z) must not overflow, and the values stay exact.
+    # Saturated gates: sigmoid reaches its limits 0 and 1 (exp(-z) overflows to inf).
     OpCase("lstm_cell", {"Gi": lambda rng, dt: np.array([[-1e3, 1e3, 0.5, -1e3]], dt),
                          "Gh": (1, 4), "C": (1, 1)},
            reference=lstm_cell_returned, grad=False, name="saturated"),
-    _grad_case("both", 2, 3),
-    _grad_case("hout_only", 2, 3, with_cout=False),
-    _grad_case("cout_only", 0, 4, with_hout=False),
-    _grad_case("vector_none", 0, 2, with_hout=False, with_cout=False),
+    _grad_case("both", (2,), 3),
+    _grad_case("hout_only", (2,), 3, with_cout=False),
+    _grad_case("cout_only", (), 4, with_hout=False),
+    _grad_case("vector_none", (), 2, with_hout=False, with_cout=False),
+    _grad_case("two_leading_axes", (3, 2), 2),
+    _grad_case("benchmark_size", (16,), 128),
 ]

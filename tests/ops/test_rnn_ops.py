@@ -1,6 +1,8 @@
 """The fused LSTM step beyond the sweep: which gradient ops a backward records, shared gradient
 Variables, the hidden Gates output's gradient, and the error messages users see."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,18 @@ def test_float32_stays_float32_forward_and_backward():
     h, c = ops.lstm_cell(*inputs)
     assert h.dtype == c.dtype == np.float32
     assert all(g.dtype == np.float32 for g in tape.grad(_loss(h, c), inputs))
+
+
+def test_saturated_gates_warn_of_nothing():
+    gi = tape.Variable(np.array([[-1e3, 1e3, 50.0, -1e3]], np.float32), requires_grad=True)
+    gh, c = _variables((1, 4), (1, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h, c_next = ops.lstm_cell(gi, gh, c + 1.0)
+        (g_gi,) = tape.grad(_loss(h, c_next), [gi])
+    np.testing.assert_array_equal(c_next.numpy(), [[1.0]])  # f = 1 keeps C, i = 0 drops g
+    np.testing.assert_array_equal(h.numpy(), [[0.0]])  # o = 0
+    assert np.all(np.isfinite(g_gi.numpy()))
 
 
 def _variables(*shapes, dtype=np.float32):
