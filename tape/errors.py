@@ -25,27 +25,30 @@ def user_location(skip=1):
     frame = sys._getframe(skip)
     while frame is not None:
         code = frame.f_code
-        inside = _inside.get(code)
+        inside = _inside.get(id(code))
         if inside is None:
-            inside = _inside[code] = code.co_filename.startswith(_LIBRARY_DIRS)
-        if not inside:
+            inside = _inside[id(code)] = (code.co_filename.startswith(_LIBRARY_DIRS), code)
+        if not inside[0]:
             break
         frame = frame.f_back
     if frame is None:
         return None
-    key = (code, frame.f_lineno)
+    key = (id(code), frame.f_lasti)
     text = _formatted.get(key)
     if text is None:
         if len(_formatted) > 4096:
             _formatted.clear()
             _inside.clear()
+            _inside[id(code)] = (False, code)  # holds the code object the new key names
         text = _formatted[key] = \
             f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
     return text
 
 
 # Lazy mode asks for the location of every op it records: both answers are cached per code
-# object (and line), so the walk costs a dict lookup per frame.
+# object (and instruction), so the walk costs a dict lookup per frame. The keys are ids, as a
+# code object hashes its bytecode and constants anew every time (~0.3 us); _inside holds each
+# code object, so an id cannot be reused while its entries exist.
 _inside, _formatted = {}, {}
 
 
