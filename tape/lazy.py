@@ -32,6 +32,7 @@ from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
 from tape.structure import flatten
 from tape.trace import Trace, compile_trace, effectful, held_among
+from tape.variable import owner
 
 
 class _Options(threading.local):
@@ -168,17 +169,18 @@ def _execute(tape, scan, entry):
     for slot in compiled.inputs:
         var = variables[slot]
         value = var._value
-        if var._pending is not None and var._pending is not tape:
+        computes = owner(var) if var._pending is not None else None
+        if computes is not None and computes is not tape:
             value = var.value()  # computed on another tape: run that one first
         if value is None:
-            if var._pending is tape:
+            if computes is tape:
                 return var
             raise GraphError(None, f"variable '{var.name}' has no value",
                              hint="it is an empty handle that no op has written")
         vals[slot] = value
     for slot in compiled.inputs:
         if slot in compiled.freed:  # computed by an earlier run: let the plan free it
-            variables[slot]._value, variables[slot]._pending = None, tape
+            variables[slot]._value = None
     for slot, array in stand_ins(compiled):
         vals[slot] = array
     check = _Validation(entry, compiled, vals) if options.validate else None
@@ -191,6 +193,9 @@ def _execute(tape, scan, entry):
         _write_back(tape, compiled, vals, variables, slots, [ran[i] for i in done])
         raise
     _write_back(tape, compiled, vals, variables, compiled.writeback, ran)
+    freed_by = weakref.ref(tape)  # (see tape.variable.owner: no cycle through the tape)
+    for slot in entry.freed_variables(compiled):
+        variables[slot]._pending = freed_by
     tape._last_plan = compiled
     if check is not None:
         check.compare(vals)

@@ -122,7 +122,7 @@ class Compiled:
         self.analysis, self.keep, self.names, self.ran = analysis, keep, names, ran
         self.xp, self.debug = xp, debug
         self.slot_of = {name: slot for slot, name in enumerate(names)}
-        self.plans = {}
+        self.plans, self.freed = {}, {}
         # What a run may free, so whether the user holds it matters: every variable of the run
         # not kept (what the memory plan frees before a rewrite drops some and adds its own).
         block = analysis.pruned.program.global_block()
@@ -140,6 +140,18 @@ class Compiled:
                                          self.xp, self.debug, exact)
             self.plans[(held, exact)] = compiled
         return compiled
+
+    def freed_variables(self, plan):
+        """The slots of the Variables a run of ``plan`` leaves without a value: those it frees
+        and those a rewrite computes another way (not a rewrite's own variables)."""
+        freed = self.freed.get(plan)
+        if freed is None:
+            block = self.analysis.pruned.program.global_block()
+            written = {self.slot_of[name] for op in block.ops for name in op.output_names()}
+            kept = set(plan.writeback)
+            freed = self.freed[plan] = tuple(sorted(
+                s for s in written | plan.freed if s < len(self.names) and s not in kept))
+        return freed
 
 
 def compile_trace(scan, debug=None):
