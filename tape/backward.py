@@ -17,6 +17,7 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
+from tape import replay
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable
@@ -81,8 +82,18 @@ def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
 
 
 def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wanted=None):
-    """Runs the reverse scan; returns {id: (leaf, grad)} and fills ``wanted`` {id: grad}."""
+    """Runs the reverse scan; returns {id: (leaf, grad)} and fills ``wanted`` {id: grad}.
+
+    A lazy backward of a tape structure seen before replays the gradient ops it recorded then
+    (``tape.replay``): a training loop runs its gradient makers once."""
     _check_loss(loss)
+    if tape.lazy and seed is None and not create_graph and wanted is None:
+        return replay.gradients(tape, loss, retain_graph,
+                                lambda: _scan(tape, loss, None, retain_graph, False, None))
+    return _scan(tape, loss, seed, retain_graph, create_graph, wanted)
+
+
+def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
     release = not (retain_graph or create_graph)
     # A lazy tape keeps the op itself (it has not run yet) but marks its outputs released, so
     # the scheduler knows no later gradient will read the forward buffers it holds.

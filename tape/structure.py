@@ -147,6 +147,24 @@ class Structure:
                 forms.append(key)
         self.scanned = len(ops)
 
+    def append(self, template, new, ops):
+        """Numbers ``ops`` (just appended to the tape) and the Variables ``new`` they number
+        first (their outputs, a maker's constants) from a ``tape.replay`` template of the same
+        ops: the lists grow by the template's entries, no op is scanned."""
+        first = len(self.where)
+        self.op_ids += template.op_ids
+        self.outs += template.outs
+        self.sig_ids += template.sig_ids
+        self.where += [weakref.ref(var) if where is None else where
+                       for var, where in zip(new, template.where, strict=True)]
+        refs = self.refs
+        for slot, count in template.ref_deltas:
+            refs[slot] += count
+        refs += template.new_refs
+        self.index.update(zip(map(id, new), range(first, first + len(new))))
+        self.shared.update([id(op.args) for op in ops])
+        self.scanned = len(self.ops)
+
     def variables(self):
         """The numbered Variables and their released flags, or (None, None) if one died (its op
         was dropped from the tape)."""

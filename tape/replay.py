@@ -1,0 +1,215 @@
+"""Lazy backward replay: the gradient ops a lazy backward records, learnt once per tape structure.
+
+A training loop records the same forward every step, so its lazy backward asks the same gradient
+makers for the same gradient ops every step. The first backward over a structure runs the makers
+(``tape.backward``'s reverse scan) and keeps what they recorded as a ``Template``: per gradient
+op its definition, attributes and the slots it reads and writes in the tape's numbering
+(``tape.structure``), that numbering's extension for these ops, the forward variables the scan
+released, and which slot holds each leaf's gradient. A later backward over a tape of the same
+structure -- the numbering's op forms and variable descriptions, every variable's
+requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
+appends the same ops with new output Variables and extends the numbering in bulk: no maker, no
+shape inference and no per-op numbering.
+
+This relies on the registry's rule that gradient makers build gradients from registered ops
+only, so what they record depends on the structure alone; constants they make (of shapes and
+attributes, e.g. ``1 / n`` for a mean) are kept in the template and read again. A backward that
+runs the tape meanwhile (a maker asking for a value) is not learnt; a seed gradient,
+``create_graph`` and ``tape.grad``'s wanted inputs always scan.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+
+from ops.xp import array_module, default_module
+from tape.errors import user_location
+from tape.op_handle import OpHandle
+from tape.structure import structure
+from tape.variable import Variable
+
+_TEMPLATES = collections.OrderedDict()
+_LIMIT = 64  # templates kept (least recently used dropped): a few models' steps
+
+
+class Template:
+    """What one lazy backward recorded, in the numbering's slots (see the module docstring).
+
+    ``ops`` holds ``(defn, attrs, ins, outs, constants, fetch)`` per gradient op: an entry per
+    slot (a slot, a tuple of slots, or None), the constants it numbers first, and for an op
+    with one output and plain inputs an itemgetter of its inputs. ``news`` describes each new
+    variable in slot order: the constant itself, or an output's (shape, dtype, requires_grad).
+    ``op_ids``, ``outs``, ``sig_ids``, ``where`` (None: a weak reference to the new variable),
+    ``ref_deltas`` ((slot, count) references added to older variables) and ``new_refs`` extend
+    the numbering; ``released`` lists the slots the scan marked released and ``leaves`` the
+    (leaf slot, gradient slot) pairs in the scan's order.
+    """
+
+    __slots__ = ("ops", "news", "op_ids", "outs", "sig_ids", "where", "ref_deltas", "new_refs",
+                 "released", "leaves")
+
+
+def gradients(tape, loss, retain_graph, scan):
+    """The leaf gradients ``{id: (leaf, gradient)}`` of a lazy backward of ``loss`` on ``tape``:
+    replayed from a template, or recorded by ``scan()`` (the reverse scan) and learnt."""
+    numbering = structure(tape)
+    variables = numbering.variables()[0]
+    if variables is None:  # ops were dropped behind the numbering's back: start afresh
+        tape._structure = None
+        numbering = structure(tape)
+        variables = numbering.variables()[0]
+    slot = numbering.index.get(id(loss))
+    if slot is None:  # not on this tape: the scan reports it
+        return scan()
+    flags = bytes([v.requires_grad + 2 * v._leaf + 4 * v._released for v in variables])
+    first = next((v._value for v in variables if v._value is not None), None)
+    key = (tuple(numbering.op_ids), tuple(numbering.sig_ids), flags, slot, bool(retain_graph),
+           array_module(first) if first is not None else default_module())
+    template = _TEMPLATES.get(key)
+    if template is not None:
+        _TEMPLATES.move_to_end(key)
+        return _replay(tape, numbering, variables, template)
+    before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
+    leaves = scan()
+    template = _learn(tape, numbering, variables, before, leaves)
+    if template is not None:
+        _TEMPLATES[key] = template
+        if len(_TEMPLATES) > _LIMIT:
+            _TEMPLATES.popitem(last=False)
+    return leaves
+
+
+def _replay(tape, numbering, variables, template):
+    """Appends the template's gradient ops to ``tape`` (pending) and to its numbering."""
+    ops, location = tape._ops, user_location()
+    slots, first_new, start = list(variables), len(variables), len(ops)
+    make, append, news = Variable._make, slots.append, iter(template.news)
+    for defn, attrs, ins, outs, consts, fetch in template.ops:
+        if fetch is not None:  # one new output, one variable per input: the common case
+            var = make(None, *next(news))
+            var._pending = tape
+            args = fetch(slots)
+            append(var)
+            ops.append(OpHandle(defn, args if args.__class__ is tuple else (args,), (var,),
+                                attrs, location, len(ops)))
+        else:
+            for const in consts:
+                append(const)
+                next(news)
+            args = tuple([_entry(slots, entry) for entry in ins])
+            results = tuple([_new(slots, entry, news, tape) for entry in outs])
+            ops.append(OpHandle(defn, args, results, attrs, location, len(ops)))
+    tape._pending_ops += ops[start:]
+    numbering.append(template, slots[first_new:], ops[start:])
+    for slot in template.released:
+        variables[slot]._released = True
+    return {id(slots[leaf]): (slots[leaf], slots[grad]) for leaf, grad in template.leaves}
+
+
+def _entry(slots, entry):
+    if entry is None or entry.__class__ is int:
+        return entry if entry is None else slots[entry]
+    return [slots[s] for s in entry]
+
+
+def _new(slots, entry, descs, tape):
+    """New pending output Variables for an output entry (appended to ``slots`` in order)."""
+    if entry is None:
+        return None
+    if entry.__class__ is tuple:
+        return [_new(slots, s, descs, tape) for s in entry]
+    shape, dtype, requires_grad = next(descs)
+    var = Variable._make(None, shape, dtype, requires_grad)
+    var._pending = tape
+    slots.append(var)
+    return var
+
+
+def _learn(tape, numbering, variables, before, leaves):
+    """The template of the gradient ops ``scan`` just appended, or None if it cannot replay
+    them (a run happened, or a maker read a variable that is neither the tape's, nor an
+    earlier gradient op's output, nor a constant)."""
+    first_op, first_pending, refs = before
+    ops = tape._ops
+    if tape._structure is not numbering or numbering.scanned != first_op or \
+            tape._pending_ops[first_pending:] != ops[first_op:]:
+        return None
+    numbering.extend()
+    index, first_new = numbering.index, len(variables)
+    template, news = Template(), []
+    template.ops = []
+    for op in ops[first_op:]:
+        ins = tuple(_slots(index, entry) for entry in op.args)
+        consts = list(_new_inputs(op, ins, first_new + len(news)))
+        if None in consts:
+            return None
+        news += consts
+        outs = tuple(_slots(index, entry) for entry in op.results)
+        if not _outputs_new(outs, first_new + len(news)):
+            return None
+        news += [(v.shape, v.dtype, v.requires_grad) for v in op.output_vars()]
+        fast = not consts and outs[0].__class__ is int and len(outs) == 1 and \
+            all(s.__class__ is int for s in ins)
+        template.ops.append((op.defn, op.attrs, ins, outs, tuple(consts),
+                             operator.itemgetter(*ins) if fast else None))
+    if len(numbering.where) != first_new + len(news):
+        return None
+    template.news = news
+    _numbering_extension(template, numbering, first_op, first_new, refs)
+    template.released = [s for s, var in enumerate(variables) if var._released]
+    template.leaves = [(index[id(var)], index[id(grad)]) for var, grad in leaves.values()]
+    return template
+
+
+def _new_inputs(op, ins, next_slot):
+    """The Variables an op's inputs number first (in slot order): constants a maker made (held
+    by the template and read again by every replay), or None for anything else."""
+    for var, slot in zip(op.input_vars(), _flat(ins), strict=True):
+        if slot >= next_slot:
+            if slot != next_slot:
+                yield None
+                return
+            constant = var._leaf and not var.requires_grad and var._value is not None and \
+                var._pending is None
+            yield var if constant else None
+            next_slot += 1
+
+
+def _numbering_extension(template, numbering, first_op, first_new, refs):
+    """What numbering the gradient ops added: their op forms, output slots, new variables'
+    descriptions and origins (None: a weak reference), and reference counts."""
+    template.op_ids, template.outs = numbering.op_ids[first_op:], numbering.outs[first_op:]
+    template.sig_ids = numbering.sig_ids[first_new:]
+    template.where = [w if w.__class__ is int else None for w in numbering.where[first_new:]]
+    template.ref_deltas = [(s, numbering.refs[s] - count) for s, count in enumerate(refs)
+                           if numbering.refs[s] != count]
+    template.new_refs = numbering.refs[first_new:]
+
+
+def _slots(index, entry):
+    if entry is None:
+        return None
+    if entry.__class__ is list:
+        return tuple(index[id(v)] for v in entry)
+    return index[id(entry)]
+
+
+def _flat(entries):
+    for entry in entries:
+        if entry.__class__ is tuple:
+            yield from entry
+        elif entry is not None:
+            yield entry
+
+
+def _outputs_new(outs, next_slot):
+    """Whether an op's outputs are the next new slots in order (each written once)."""
+    for slot in _flat(outs):
+        if slot != next_slot:
+            return False
+        next_slot += 1
+    return True
+
+
+__all__ = ["gradients", "Template"]
