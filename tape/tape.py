@@ -181,7 +181,8 @@ def record(tape, defn, args, attrs, given=None):
     """The hot path: infer, run (eager) and record op ``defn`` on ``tape``; returns its outputs.
 
     Only the library calls it (``apply``, ``Tape.add_op``, optimizers), so the user's line is
-    looked for from its caller on (``user_location(2)``: one frame less to walk per lazy op).
+    looked for from its caller's caller on (``user_location(3)``: two frames fewer to walk for
+    each lazy op).
     """
     if state.trusted and defn.fast and given is None:
         return _run_trusted(defn, args, attrs)
@@ -209,7 +210,7 @@ def record(tape, defn, args, attrs, given=None):
         shape, dtype = descs
         out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
         out._pending = tape
-        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(2),
+        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(3),
                       len(tape._ops))
         tape._ops.append(op)
         tape._pending_ops.append(op)
@@ -230,7 +231,7 @@ def record(tape, defn, args, attrs, given=None):
         op = OpHandle(defn, args, results, attrs, None, len(tape._ops))
         tape._ops.append(op)
         if tape.lazy:
-            op.location = state.location or user_location(2)
+            op.location = state.location or user_location(3)
             tape._pending_ops.append(op)
     if defn.single_output:
         return results[0]
