@@ -76,8 +76,10 @@ class lazy:
         from tape.tape import get_global_tape, state
 
         current = get_global_tape()
+        # The entered tape weakly: a loop body that resets the global tape must free the old
+        # tape right away (held, it would double the objects the garbage collector scans).
         self.saved = (state.lazy, (options.threads, options.validate, options.debug,
-                                   options.exact), current, current.record_all)
+                                   options.exact), weakref.ref(current), current.record_all)
         state.lazy = current.lazy = self.enabled
         current.record_all = current.record_all or self.enabled
         options.threads, options.validate, options.debug, options.exact = self.settings
@@ -87,6 +89,7 @@ class lazy:
         from tape.tape import state
 
         outer, settings, entered, record_all = self.saved
+        entered = entered()
         state.lazy = outer
         current = state.tape
         try:
@@ -98,8 +101,8 @@ class lazy:
         if current is not None and current.lazy != outer:
             current.lazy = outer
             current.record_all = record_all if current is entered else outer
-        if entered is not current and not entered._pending_ops:  # replaced inside the block
-            entered.lazy, entered.record_all = outer, record_all
+        if entered is not None and entered is not current and not entered._pending_ops:
+            entered.lazy, entered.record_all = outer, record_all  # replaced inside the block
 
 
 def realize(tape, variables):
