@@ -12,6 +12,10 @@ Run standalone, this module times eager fluidtape, lazy fluidtape and PyTorch on
 and lstm workloads with the shared harness (plan cache warm after the warm-up)::
 
     python -m benchmarks.bench_lazy [--only overhead,lstm] [--reps 9] [--threads N]
+                                    [--wait-idle SECONDS] [--exact]
+
+``--exact`` adds ``fluidtape-exact``: lazy mode without the rewrites that reorder sums
+(``tape.lazy(exact=True)``), to show what the product batching is worth.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import argparse
 import importlib
 
 
-def lazy_variant(setup, threads=0):
-    """A setup running ``setup``'s step in lazy mode (``threads`` > 1: on a thread pool)."""
+def lazy_variant(setup, threads=0, exact=False):
+    """A setup running ``setup``'s step in lazy mode (``threads`` > 1: on a thread pool;
+    ``exact``: without the rewrites that reorder floating-point sums)."""
 
     def setup_lazy(config, data):
         import tape
@@ -29,7 +34,7 @@ def lazy_variant(setup, threads=0):
         step = setup(config, data)
 
         def fluidtape_lazy_step():
-            with tape.lazy(threads=threads):
+            with tape.lazy(threads=threads, exact=exact):
                 return step()
 
         return fluidtape_lazy_step
@@ -38,12 +43,15 @@ def lazy_variant(setup, threads=0):
     return setup_lazy
 
 
-def implementations(workload):
-    """The workload's fluidtape and torch setups plus the lazy variant, by name."""
+def implementations(workload, exact=False):
+    """The workload's fluidtape and torch setups plus the lazy variant(s), by name."""
     found = {name: workload.IMPLEMENTATIONS[name] for name in ("fluidtape", "torch")
              if name in workload.IMPLEMENTATIONS}
     if "fluidtape" in found:
         found["fluidtape-lazy"] = lazy_variant(workload.IMPLEMENTATIONS["fluidtape"])
+        if exact:
+            found["fluidtape-exact"] = lazy_variant(workload.IMPLEMENTATIONS["fluidtape"],
+                                                    exact=True)
     return found
 
 
@@ -52,6 +60,9 @@ def main(argv=None):
     parser.add_argument("--only", default="overhead,lstm")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--wait-idle", type=float, default=0.0,
+                        help="per workload, wait up to this many seconds for idle cores")
+    parser.add_argument("--exact", action="store_true", help="also time lazy mode exact=True")
     args = parser.parse_args(argv)
     from benchmarks import harness
 
@@ -60,14 +71,17 @@ def main(argv=None):
         workload = importlib.import_module(f"benchmarks.{name}")
         config = dict(workload.DEFAULT)
         data = workload.make_data(config)
-        steps = {impl: setup(config, data) for impl, setup in implementations(workload).items()}
-        results = harness.measure(steps, harness.Options(reps=args.reps))
+        steps = {impl: setup(config, data)
+                 for impl, setup in implementations(workload, args.exact).items()}
+        results = harness.measure(steps, harness.Options(reps=args.reps,
+                                                         wait_idle=args.wait_idle))
         scale = workload.scale(config)
         torch = next((m.median for m in results if m.name == "torch"), None)
         print(f"{workload.TITLE} ({workload.UNIT})")
         for m in results:
             ratio = f"  {m.median / torch:.2f}x torch" if torch else ""
-            print(f"  {m.name:16s} {m.median * scale:9.2f}{ratio}")
+            others = f"  others {m.others:.2f}" if m.others is not None else ""
+            print(f"  {m.name:16s} {m.median * scale:9.2f}{ratio}{others}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import importlib
 import numpy as np
 import pytest
 
-from benchmarks import WORKLOADS, harness, report
+from benchmarks import WORKLOADS, bench_lazy, harness, report
 from benchmarks.common import Unavailable, to_numpy
 
 MODULES = {name: importlib.import_module(f"benchmarks.{name}") for name in WORKLOADS}
@@ -17,12 +17,16 @@ CASES = [(name, impl) for name, module in MODULES.items() for impl in module.IMP
          if impl != "numpy"]
 
 
-def run_once(workload, impl):
+LAZY = [(name, impl) for name, module in MODULES.items()
+        for impl in bench_lazy.implementations(module, exact=True) if impl.startswith("fluidtape-")]
+
+
+def run_once(workload, impl, setups=None):
     """Loss and gradients after one step; a training step's gradients come from its update."""
     config = workload.TINY
     data = workload.make_data(config)
     try:
-        step = workload.IMPLEMENTATIONS[impl](config, data)
+        step = (setups or workload.IMPLEMENTATIONS)[impl](config, data)
     except Unavailable as why:
         pytest.skip(str(why))
     loss, arrays = step()
@@ -44,6 +48,21 @@ def test_implementation_matches_numpy_floor(name, impl):
         assert grad.shape == expected.shape, f"gradient {index}"
         np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-5 * np.abs(expected).max(),
                                    err_msg=f"gradient {index} of {name}/{impl}")
+
+
+@pytest.mark.parametrize("name, impl", LAZY, ids=[f"{n}-{i}" for n, i in LAZY])
+def test_lazy_variant_matches_eager_fluidtape(name, impl):
+    workload = MODULES[name]
+    expected_loss, expected_grads = run_once(workload, "fluidtape")
+    loss, grads = run_once(workload, impl, bench_lazy.implementations(workload, exact=True))
+    if impl == "fluidtape-exact":  # bit for bit
+        assert loss == expected_loss
+        for grad, expected in zip(grads, expected_grads, strict=True):
+            np.testing.assert_array_equal(grad, expected)
+        return
+    assert loss == pytest.approx(expected_loss, rel=1e-6)  # within reassociation rounding
+    for grad, expected in zip(grads, expected_grads, strict=True):
+        np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
