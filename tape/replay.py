@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import operator
+import weakref
 
 from ops.xp import array_module, default_module
 from tape.errors import user_location
@@ -181,7 +182,8 @@ def _numbering_extension(template, numbering, first_op, first_new, refs):
     descriptions and origins (None: a weak reference), and reference counts."""
     template.op_ids, template.outs = numbering.op_ids[first_op:], numbering.outs[first_op:]
     template.sig_ids = numbering.sig_ids[first_new:]
-    template.where = [w if w.__class__ is int else None for w in numbering.where[first_new:]]
+    template.where = [None if w.__class__ is weakref.ref else w
+                      for w in numbering.where[first_new:]]
     template.ref_deltas = [(s, numbering.refs[s] - count) for s, count in enumerate(refs)
                            if numbering.refs[s] != count]
     template.new_refs = numbering.refs[first_new:]

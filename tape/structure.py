@@ -57,9 +57,10 @@ class Structure:
 
     Per op i of the tape (``ops``, the tape's list): ``op_ids[i]`` is the interned id of its form
     (definition, attributes, input slots, output slots, with tuples for lists and None for absent
-    slots -- for one new output, its slot and description; -1 for a dropped op), ``outs[i]`` its
+    slots -- and the descriptions of its new outputs; -1 for a dropped op), ``outs[i]`` its
     output slot (an int) or output slots (a tuple, flattened). Per variable s: ``where[s]`` is the
-    index of the op whose one output it is, or a weak reference; ``refs[s]`` counts the references
+    index of the op whose one output it is, ``(index, position)`` for a new output among several,
+    or a weak reference (a variable first seen as an input); ``refs[s]`` counts the references
     the ops hold to it (an argument tuple two ops share holds one). With ``forms``, ``forms[i]``
     keeps op i's form (the analysis needs them on a cache miss; a hit allocates nothing that
     outlives the scan).
@@ -94,6 +95,24 @@ class Structure:
         if output:  # rewritten by this op (in place, or a given handle): describe it anew
             self.sig_ids[slot] = signature(entry)
         return slot
+
+    def _results(self, i, results):
+        """Slots of op ``i``'s results (not one new output) and, for each new Variable among
+        them, its description (described in the op's form, found through the op: ``where``
+        holds ``(i, position)``); None for the others (described by ``sig_ids``)."""
+        index, where, res, descs = self.index, self.where, [], []
+        for position, entry in enumerate(results):
+            if entry.__class__ is Variable and id(entry) not in index:
+                res.append(len(where))
+                index[id(entry)] = len(where)
+                where.append((i, position))
+                self.sig_ids.append(-1)
+                self.refs.append(1)
+                descs.append((entry.shape, entry.dtype, entry.requires_grad, entry.persistable))
+            else:
+                res.append(self._entry(entry, True, True))
+                descs.append(None)
+        return tuple(res), tuple(descs)
 
     def extend(self):
         """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
@@ -131,12 +150,13 @@ class Structure:
                 sig_ids.append(-1)  # described in the op's form
                 refs.append(1)
                 outs.append(slot)
-                key = (op.defn, tuple(op.attrs.items()), ins, slot, out.shape, out.dtype,
-                       out.requires_grad, out.persistable)
+                defn, attrs = op.defn, op.attrs  # (None: the shared defaults, not copied)
+                key = (defn, None if attrs is defn.defaults else tuple(attrs.items()), ins,
+                       slot, out.shape, out.dtype, out.requires_grad, out.persistable)
             else:
-                res = tuple([entry_of(entry, True, True) for entry in results])
+                res, descs = self._results(i, results)
                 outs.append(tuple(flatten(res)))
-                key = (op.defn, tuple(op.attrs.items()), ins, res)
+                key = (op.defn, tuple(op.attrs.items()), ins, res, descs)
             try:
                 found = known.get(key)
             except TypeError:  # an attribute holding a list
@@ -170,7 +190,9 @@ class Structure:
         was dropped from the tape)."""
         ops = self.ops
         try:
-            variables = [ops[w].results[0] if w.__class__ is int else w() for w in self.where]
+            variables = [ops[w].results[0] if w.__class__ is int else
+                         ops[w[0]].results[w[1]] if w.__class__ is tuple else w()
+                         for w in self.where]
             return variables, bytes([v._released for v in variables])
         except AttributeError:  # None has no results, no _released
             return None, None
