@@ -187,15 +187,17 @@ def _execute(tape, scan, entry):
     for slot, array in stand_ins(compiled):
         vals[slot] = array
     check = _Validation(entry, compiled, vals) if options.validate else None
-    ran = [scan.pending[i] for i in entry.ran]
     try:
         execute.run(compiled, vals, options.threads)
     except Exception as err:
         done = getattr(err, "completed", ())
         slots = (s for i in done for s in flatten([compiled.instructions[i][4]]))
-        _write_back(tape, compiled, vals, variables, slots, [ran[i] for i in done])
+        ran = [scan.pending[entry.ran[i]] for i in done]
+        _write_back(tape, compiled, vals, variables, slots, ran)
         raise
-    _write_back(tape, compiled, vals, variables, compiled.writeback, ran)
+    all_ran = len(entry.ran) == len(scan.pending)  # (the usual case)
+    _write_back(tape, compiled, vals, variables, compiled.writeback,
+                None if all_ran else [scan.pending[i] for i in entry.ran])
     freed_by = weakref.ref(tape)  # (see tape.variable.owner: no cycle through the tape)
     for slot in entry.freed_variables(compiled):
         variables[slot]._pending = freed_by
@@ -206,13 +208,14 @@ def _execute(tape, scan, entry):
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):
-    """Stores the values the run kept into their Variables; drops the ops that ran."""
+    """Stores the values the run kept into their Variables; drops the ops that ran (``ran``;
+    None: every pending op)."""
     for slot in slots:
         value = vals[slot]
         if value is not None and slot not in compiled.freed:
             var = variables[slot]
             var._value, var._pending = value, None
-    if len(ran) == len(tape._pending_ops):  # all of them (the usual case): ran is a subset
+    if ran is None or len(ran) == len(tape._pending_ops):  # (ran is a subset)
         tape._pending_ops = []
         return
     finished = {id(op) for op in ran}

@@ -61,7 +61,7 @@ class Trace:
                 produced.update(slots)
         index = numbering.index
         if targets is None:  # whatever pending op computes a value the user holds
-            self.targets = tuple(sorted(s for s in produced if held(variables, refs, s)))
+            self.targets = tuple(held_among(variables, refs, sorted(produced)))
         else:
             chosen = []
             for var in targets:
