@@ -5,15 +5,17 @@ still surface at the user's line. ``value()``/``numpy()`` on a pending variable 
 part of the tape -- forward, gradient ops, optimizer updates -- to the passes of ``tape.passes``,
 pruned to what was asked plus every pending side effect (updates, saves) and random op, since
 eager mode would already have run those. ``backward`` on a lazy tape records the gradient ops
-and marks the forward ops released; they run with the next request, so a training step usually
-runs as one plan and each forward activation is freed right after its last gradient op.
+(replayed, for a tape structure an earlier backward saw: ``tape.replay``) and marks the forward
+ops released; they run with the next request, so a training step usually runs as one plan and
+each forward activation is freed right after its last gradient op.
 Asking for one leaf's gradient computes every pending leaf gradient the user still holds in the
 same run (an optimizer, or a loop over ``p.grad()``, reads them all next).
 ``reset_global_tape()`` first runs what the old tape still owes (its side effects).
 
 A run frees every buffer nothing can read any more (``tape.trace`` says what it must keep: what
-the user holds, what later ops or a later backward may read). A freed variable stays pending, so
-an unexpected later request recomputes it (pure ops only). The analysis is cached by the tape's
+the user holds, what later ops or a later backward may read). A freed variable stays pending
+(on its tape, held weakly: only the tape's ops can reach it), so an unexpected later request
+recomputes it (pure ops only). The analysis is cached by the tape's
 structure (op types, attributes, wiring, shapes, dtypes, flags, which ops already ran, what was
 requested), so a loop recording the same tape every step pays only for a scan, binding and the
 kernels.
