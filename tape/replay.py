@@ -24,10 +24,10 @@ import collections
 import operator
 import weakref
 
-from ops.xp import array_module, default_module
 from tape.errors import user_location
 from tape.op_handle import OpHandle
-from tape.structure import structure
+from tape.structure import numbered
+from tape.trace import module_of
 from tape.variable import Variable
 
 _TEMPLATES = collections.OrderedDict()
@@ -54,19 +54,13 @@ class Template:
 def gradients(tape, loss, retain_graph, scan):
     """The leaf gradients ``{id: (leaf, gradient)}`` of a lazy backward of ``loss`` on ``tape``:
     replayed from a template, or recorded by ``scan()`` (the reverse scan) and learnt."""
-    numbering = structure(tape)
-    variables = numbering.variables()[0]
-    if variables is None:  # ops were dropped behind the numbering's back: start afresh
-        tape._structure = None
-        numbering = structure(tape)
-        variables = numbering.variables()[0]
+    numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
         return scan()
     flags = bytes([v.requires_grad + 2 * v._leaf + 4 * v._released for v in variables])
-    first = next((v._value for v in variables if v._value is not None), None)
     key = (tuple(numbering.op_ids), tuple(numbering.sig_ids), flags, slot, bool(retain_graph),
-           array_module(first) if first is not None else default_module())
+           module_of(variables))
     template = _TEMPLATES.get(key)
     if template is not None:
         _TEMPLATES.move_to_end(key)

@@ -208,6 +208,18 @@ def structure(tape):
     return current
 
 
+def numbered(tape):
+    """``(numbering, variables, released)``: ``structure(tape)`` with its Variables and their
+    released flags (numbered afresh if ops were dropped behind the numbering's back)."""
+    numbering = structure(tape)
+    variables, released = numbering.variables()
+    if variables is None:
+        tape._structure = None
+        numbering = structure(tape)
+        variables, released = numbering.variables()
+    return numbering, variables, released
+
+
 def forms(tape):
     """The form of each op on ``tape`` (numbered afresh; for the analysis on a cache miss)."""
     fresh = Structure(tape, forms=True)
@@ -226,4 +238,4 @@ def flatten(entries):
             yield entry
 
 
-__all__ = ["Structure", "structure", "forms", "signature", "flatten", "intern"]
+__all__ = ["Structure", "structure", "numbered", "forms", "signature", "flatten", "intern"]

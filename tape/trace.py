@@ -23,7 +23,7 @@ from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
 from tape.passes.dependencies import ordered_kind, written_names
-from tape.structure import flatten, forms, signature, structure
+from tape.structure import flatten, forms, numbered, signature
 
 
 def effectful(defn):
@@ -40,12 +40,7 @@ class Trace:
     the user holds them (the other gradients of a backward when one is asked for)."""
 
     def __init__(self, tape, targets, optional=()):
-        numbering = structure(tape)
-        variables, released = numbering.variables()
-        if variables is None:  # ops were dropped behind the numbering's back: start afresh
-            tape._structure = None
-            numbering = structure(tape)
-            variables, released = numbering.variables()
+        numbering, variables, released = numbered(tape)
         self.pending = list(tape._pending_ops)
         handles, outs, refs = numbering.ops, numbering.outs, numbering.refs
         at = tuple([op.index for op in self.pending])
@@ -77,8 +72,7 @@ class Trace:
             self.targets = tuple(chosen)
         self.tape, self.numbering, self.at = tape, numbering, at
         self.variables, self.refs, self.produced = variables, refs, produced
-        first = next((v._value for v in variables if v._value is not None), None)
-        self.xp = array_module(first) if first is not None else default_module()
+        self.xp = module_of(variables)
         signatures = tuple(numbering.sig_ids)
         if len(variables) > len(signatures):
             signatures += tuple(signature(v) for v in variables[len(signatures):])
@@ -100,6 +94,12 @@ class Trace:
             if var._value is None and slot not in self.produced:
                 return var
         return None
+
+
+def module_of(variables):
+    """The array module of the first of ``variables`` with a value (numpy or cupy)."""
+    first = next((v._value for v in variables if v._value is not None), None)
+    return array_module(first) if first is not None else default_module()
 
 
 def held(variables, refs, slot):
@@ -231,4 +231,4 @@ def awaits_backward(defn, out_slots, variables):
         not any(variables[s]._released for s in out_slots)
 
 
-__all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "effectful"]
+__all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "effectful", "module_of"]
