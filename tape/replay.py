@@ -13,7 +13,9 @@ shape inference and no per-op numbering.
 
 This relies on the registry's rule that gradient makers build gradients from registered ops
 only, so what they record depends on the structure alone; constants they make (of shapes and
-attributes, e.g. ``1 / n`` for a mean) are kept in the template and read again. A backward that
+attributes, e.g. ``1 / n`` for a mean) are kept in the template and read again. Like the plan
+cache's pre-bound kernels, templates take the registry as fixed: an op definition whose
+gradient maker is replaced later needs ``_TEMPLATES.clear()``. A backward that
 runs the tape meanwhile (a maker asking for a value) is not learnt; a seed gradient,
 ``create_graph`` and ``tape.grad``'s wanted inputs always scan.
 """
