@@ -13,11 +13,10 @@ shape inference and no per-op numbering.
 
 This relies on the registry's rule that gradient makers build gradients from registered ops
 only, so what they record depends on the structure alone; constants they make (of shapes and
-attributes, e.g. ``1 / n`` for a mean) are kept in the template and read again. Like the plan
-cache's pre-bound kernels, templates take the registry as fixed: an op definition whose
-gradient maker is replaced later needs ``_TEMPLATES.clear()``. A backward that
-runs the tape meanwhile (a maker asking for a value) is not learnt; a seed gradient,
-``create_graph`` and ``tape.grad``'s wanted inputs always scan.
+attributes, e.g. ``1 / n`` for a mean) are kept in the template and read again. A template
+also keeps the gradient makers it was learnt from, and is learnt anew if one was replaced. A
+backward that runs the tape meanwhile (a maker asking for a value) is not learnt; a seed
+gradient, ``create_graph`` and ``tape.grad``'s wanted inputs always scan.
 """
 
 from __future__ import annotations
@@ -45,12 +44,13 @@ class Template:
     variable in slot order: the constant itself, or an output's (shape, dtype, requires_grad).
     ``op_ids``, ``outs``, ``sig_ids``, ``where`` (None: a weak reference to the new variable),
     ``ref_deltas`` ((slot, count) references added to older variables) and ``new_refs`` extend
-    the numbering; ``released`` lists the slots the scan marked released and ``leaves`` the
-    (leaf slot, gradient slot) pairs in the scan's order.
+    the numbering; ``released`` lists the slots the scan marked released, ``leaves`` the
+    (leaf slot, gradient slot) pairs in the scan's order and ``makers`` the (definition,
+    gradient maker) pairs of the forward ops.
     """
 
     __slots__ = ("ops", "news", "op_ids", "outs", "sig_ids", "where", "ref_deltas", "new_refs",
-                 "released", "leaves")
+                 "released", "leaves", "makers")
 
 
 def gradients(tape, loss, retain_graph, scan):
@@ -64,7 +64,7 @@ def gradients(tape, loss, retain_graph, scan):
     key = (tuple(numbering.op_ids), tuple(numbering.sig_ids), flags, slot, bool(retain_graph),
            module_of(variables))
     template = _TEMPLATES.get(key)
-    if template is not None:
+    if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         _TEMPLATES.move_to_end(key)
         return _replay(tape, numbering, variables, template)
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
@@ -155,6 +155,8 @@ def _learn(tape, numbering, variables, before, leaves):
     template.news = news
     _numbering_extension(template, numbering, first_op, first_new, refs)
     template.released = [s for s, var in enumerate(variables) if var._released]
+    template.makers = tuple({op.defn: op.defn.grad_maker for op in ops[:first_op]
+                             if op is not None}.items())
     template.leaves = [(index[id(var)], index[id(grad)]) for var, grad in leaves.values()]
     return template
 

@@ -172,3 +172,22 @@ def test_a_replayed_backward_of_a_random_tape_equals_eager(data):
         for want, got in zip(eager, lazy, strict=True):
             assert want.shape == got.shape and want.dtype == got.dtype
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_replaced_gradient_maker_is_learnt_anew(makers_run, monkeypatch):
+    w, b, x, y = _inputs(0)
+    _step(True, w, b, x, y)
+    tanh = REGISTRY["tanh"]
+    doubled = []
+
+    def twice_the_gradient(g):
+        doubled.append(True)
+        (gx,) = original(g)
+        return (gx * 2.0,)
+
+    original = tanh.grad_maker
+    monkeypatch.setattr(tanh, "grad_maker", twice_the_gradient)
+    lazy = _step(True, w, b, x, y)
+    assert doubled
+    for want, got in zip(_step(False, w, b, x, y), lazy, strict=True):
+        np.testing.assert_array_equal(got, want)
