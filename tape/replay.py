@@ -146,7 +146,7 @@ def _learn(tape, numbering, variables, before, leaves):
         if not _outputs_new(outs, first_new + len(news)):
             return None
         news += [(v.shape, v.dtype, v.requires_grad) for v in op.output_vars()]
-        fast = not consts and outs[0].__class__ is int and len(outs) == 1 and \
+        fast = not consts and outs[0].__class__ is int and len(outs) == 1 and ins and \
             all(s.__class__ is int for s in ins)
         template.ops.append((op.defn, op.attrs, ins, outs, tuple(consts),
                              operator.itemgetter(*ins) if fast else None))

@@ -191,3 +191,23 @@ def test_a_replaced_gradient_maker_is_learnt_anew(makers_run, monkeypatch):
     assert doubled
     for want, got in zip(_step(False, w, b, x, y), lazy, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_gradient_ops_without_inputs_or_with_list_inputs_replay(makers_run, monkeypatch):
+    """A maker may record an op with no inputs (fill_constant) or a list input (sum)."""
+    tanh = REGISTRY["tanh"]
+    original = tanh.grad_maker
+
+    def with_a_zero_term(g):
+        (gx,) = original(g)
+        zero = ops.fill_constant(shape=list(gx.shape), value=0.0, dtype=gx.dtype.name)
+        return (ops.sum([gx, zero]),)
+
+    monkeypatch.setattr(tanh, "grad_maker", with_a_zero_term)
+    w, b, x, y = _inputs(0)
+    eager = _step(False, w, b, x, y)
+    for _ in range(3):  # learnt, then replayed
+        makers_run.clear()
+        for want, got in zip(eager, _step(True, w, b, x, y), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert makers_run == []
