@@ -193,8 +193,9 @@ def _execute(tape, scan, entry):
         execute.run(compiled, vals, options.threads)
     except Exception as err:
         done = getattr(err, "completed", ())
-        slots = (s for i in done for s in flatten([compiled.instructions[i][4]]))
-        ran = [scan.pending[entry.ran[i]] for i in done]
+        slots = (s for i in done for s in flatten([compiled.instructions[i][4]])
+                 if s < len(variables))  # (not a rewrite's own variables)
+        ran = [scan.pending[entry.ran[i]] for i in _recorded_ops(compiled, done)]
         _write_back(tape, compiled, vals, variables, slots, ran)
         raise
     all_ran = len(entry.ran) == len(scan.pending)  # (the usual case)
@@ -207,6 +208,17 @@ def _execute(tape, scan, entry):
     if check is not None:
         check.compare(vals)
     return None
+
+
+def _recorded_ops(compiled, instructions):
+    """The indices (in the pruned block) of the recorded ops among a plan's ``instructions``: a
+    rewrite's own ops are none of them, so the recorded ops they replaced stay pending (they
+    are pure: a later run recomputes what is still asked for)."""
+    decisions = compiled.analysis
+    recorded = {id(op): i for i, op in
+                enumerate(decisions.analysis.pruned.program.global_block().ops)}
+    ops = decisions.block.ops
+    return [recorded[id(ops[i])] for i in instructions if id(ops[i]) in recorded]
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):

@@ -241,3 +241,27 @@ def test_dead_code_removal_keeps_what_is_kept_read_or_has_effects():
     block.append_op("sgd", {"Param": ["x"], "Grad": ["read"], "LearningRate": ["lr"]},
                     {"ParamOut": ["x"]})
     assert _types(remove_dead(block, keep={"kept"})) == ["exp", "square", "sgd"]
+
+
+def test_a_failure_after_a_batched_product_leaves_only_unfinished_ops_pending():
+    from ops.registry import unregister
+    from tests.scheduler.test_lazy import _register_boom
+
+    boom = _register_boom()
+    try:
+        with tape.lazy():
+            t = tape.reset_global_tape()
+            w = tape.Variable(np.eye(3, dtype=np.float32))
+            outs = [ops.tanh(ops.matmul(tape.Variable(np.full((2, 3), -1.0, np.float32)), w))
+                    for _ in range(STEPS)]
+            bad = boom(ops.sum(outs))
+            with pytest.raises(tape.ExecutionError, match="boom_for_test"):
+                bad.numpy()
+            pending = [op.type for op in t._pending_ops]
+            # The products were computed as one batched product: their recorded ops stay
+            # pending (pure, recomputed if asked for), while the tanh ops that ran are done.
+            assert pending == ["matmul"] * STEPS + ["boom_for_test"]
+            assert all(out._value is not None for out in outs)
+            t._pending_ops.clear()
+    finally:
+        unregister("boom_for_test")
