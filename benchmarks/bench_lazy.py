@@ -45,13 +45,17 @@ def lazy_variant(setup, threads=0, exact=False):
 
 def implementations(workload, exact=False):
     """The workload's fluidtape and torch setups plus the lazy variant(s), by name."""
-    found = {name: workload.IMPLEMENTATIONS[name] for name in ("fluidtape", "torch")
-             if name in workload.IMPLEMENTATIONS}
+    found = {
+        name: workload.IMPLEMENTATIONS[name]
+        for name in ("fluidtape", "torch")
+        if name in workload.IMPLEMENTATIONS
+    }
     if "fluidtape" in found:
         found["fluidtape-lazy"] = lazy_variant(workload.IMPLEMENTATIONS["fluidtape"])
         if exact:
-            found["fluidtape-exact"] = lazy_variant(workload.IMPLEMENTATIONS["fluidtape"],
-                                                    exact=True)
+            found["fluidtape-exact"] = lazy_variant(
+                workload.IMPLEMENTATIONS["fluidtape"], exact=True
+            )
     return found
 
 
@@ -60,8 +64,12 @@ def main(argv=None):
     parser.add_argument("--only", default="overhead,lstm")
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--wait-idle", type=float, default=0.0,
-                        help="per workload, wait up to this many seconds for idle cores")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="per workload, wait up to this many seconds for idle cores",
+    )
     parser.add_argument("--exact", action="store_true", help="also time lazy mode exact=True")
     args = parser.parse_args(argv)
     from benchmarks import harness
@@ -71,10 +79,11 @@ def main(argv=None):
         workload = importlib.import_module(f"benchmarks.{name}")
         config = dict(workload.DEFAULT)
         data = workload.make_data(config)
-        steps = {impl: setup(config, data)
-                 for impl, setup in implementations(workload, args.exact).items()}
-        results = harness.measure(steps, harness.Options(reps=args.reps,
-                                                         wait_idle=args.wait_idle))
+        steps = {
+            impl: setup(config, data)
+            for impl, setup in implementations(workload, args.exact).items()
+        }
+        results = harness.measure(steps, harness.Options(reps=args.reps, wait_idle=args.wait_idle))
         scale = workload.scale(config)
         torch = next((m.median for m in results if m.name == "torch"), None)
         print(f"{workload.TITLE} ({workload.UNIT})")

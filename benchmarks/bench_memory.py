@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 LAYERS, WIDTH, BATCH, LR = 16, 2048, 256, 1e-3
-MIB = 2 ** 20
+MIB = 2**20
 IMPLS = ("numpy", "torch", "autograd", "fluidtape", "fluidtape-lazy")
 
 
@@ -52,7 +52,7 @@ def _data():
     weights, biases = [], []
     for _ in range(LAYERS):
         w = rng.standard_normal((WIDTH, WIDTH), dtype=np.float32)
-        w *= 1.0 / WIDTH ** 0.5
+        w *= 1.0 / WIDTH**0.5
         weights.append(w)
         biases.append(np.zeros(WIDTH, np.float32))
     x = rng.standard_normal((BATCH, WIDTH), dtype=np.float32)
@@ -149,11 +149,18 @@ def setup_fluidtape(weights, biases, x, y, lazy=False):
     import optim
     import tape
 
-    model = layers.Sequential(*[
-        layers.Linear(WIDTH, WIDTH, act="relu" if i < LAYERS - 1 else None,
-                      weight_init=lambda shape, dtype, w=w: w,
-                      bias_init=lambda shape, dtype, b=b: b)
-        for i, (w, b) in enumerate(zip(weights, biases, strict=True))])
+    model = layers.Sequential(
+        *[
+            layers.Linear(
+                WIDTH,
+                WIDTH,
+                act="relu" if i < LAYERS - 1 else None,
+                weight_init=lambda shape, dtype, w=w: w,
+                bias_init=lambda shape, dtype, b=b: b,
+            )
+            for i, (w, b) in enumerate(zip(weights, biases, strict=True))
+        ]
+    )
     opt = optim.SGD(lr=LR)
     tx, ty = tape.Variable(x), tape.Variable(y)
 
@@ -168,13 +175,21 @@ def setup_fluidtape(weights, biases, x, y, lazy=False):
     return step
 
 
-SETUPS = {"numpy": setup_numpy, "torch": setup_torch, "autograd": setup_autograd,
-          "fluidtape": setup_fluidtape,
-          "fluidtape-lazy": lambda *data: setup_fluidtape(*data, lazy=True)}
+SETUPS = {
+    "numpy": setup_numpy,
+    "torch": setup_torch,
+    "autograd": setup_autograd,
+    "fluidtape": setup_fluidtape,
+    "fluidtape-lazy": lambda *data: setup_fluidtape(*data, lazy=True),
+}
 
 
-MODULES = {"numpy": ["numpy"], "torch": ["numpy", "torch"], "autograd": ["numpy", "autograd"],
-           "fluidtape": ["numpy", "tape", "layers", "ops", "optim"]}
+MODULES = {
+    "numpy": ["numpy"],
+    "torch": ["numpy", "torch"],
+    "autograd": ["numpy", "autograd"],
+    "fluidtape": ["numpy", "tape", "layers", "ops", "optim"],
+}
 
 
 def child(impl):
@@ -197,12 +212,15 @@ def run(impls):
     """{impl: (peak bytes, loss)} measured in one fresh process each (None if unavailable)."""
     results = {}
     for impl in impls:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.bench_memory", "--child", impl],
-                              capture_output=True, text=True, env=dict(os.environ))
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_memory", "--child", impl],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+        )
         if done.returncode != 0:
             results[impl] = None
-            print(f"{impl}: unavailable ({done.stderr.strip().splitlines()[-1:]})",
-                  file=sys.stderr)
+            print(f"{impl}: unavailable ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
             continue
         report = json.loads(done.stdout.strip().splitlines()[-1])
         results[impl] = (report["peak"], report["loss"])
@@ -219,8 +237,9 @@ def main(argv=None):
         child(args.child)
         return
     minimum = minimum_bytes()
-    print(f"peak memory, one training step: {LAYERS}-layer MLP, width {WIDTH}, batch {BATCH}, "
-          "float32")
+    print(
+        f"peak memory, one training step: {LAYERS}-layer MLP, width {WIDTH}, batch {BATCH}, float32"
+    )
     print(f"  {'theoretical minimum':22s} {minimum / MIB:8.0f} MiB  1.00x")
     for impl, result in run(args.impls.split(",")).items():
         if result is not None:

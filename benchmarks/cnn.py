@@ -29,10 +29,14 @@ def make_data(config, seed=0):
     rng = np.random.default_rng(seed)
     c0, c1, c2 = config["channels"]
     flat = c2 * (config["image"] // 4) ** 2
-    params = [common.uniform(rng, (c1, c0, 3, 3), c0 * 9), common.uniform(rng, (c1,), c0 * 9),
-              common.uniform(rng, (c2, c1, 3, 3), c1 * 9), common.uniform(rng, (c2,), c1 * 9),
-              common.uniform(rng, (flat, config["classes"]), flat),
-              common.uniform(rng, (config["classes"],), flat)]
+    params = [
+        common.uniform(rng, (c1, c0, 3, 3), c0 * 9),
+        common.uniform(rng, (c1,), c0 * 9),
+        common.uniform(rng, (c2, c1, 3, 3), c1 * 9),
+        common.uniform(rng, (c2,), c1 * 9),
+        common.uniform(rng, (flat, config["classes"]), flat),
+        common.uniform(rng, (config["classes"],), flat),
+    ]
     x = rng.standard_normal((config["batch"], c0, config["image"], config["image"]))
     labels = rng.integers(0, config["classes"], config["batch"]).astype(np.int64)
     return {"x": x.astype(np.float32), "labels": labels, "params": params}
@@ -62,7 +66,7 @@ def _conv_backward(gout, cols, w, need_input):
     gpad = np.zeros((n, w.shape[1], h + 2, width + 2), np.float32)
     for i in range(3):
         for j in range(3):
-            gpad[:, :, i:i + h, j:j + width] += gcols[:, :, i, j]
+            gpad[:, :, i : i + h, j : j + width] += gcols[:, :, i, j]
     return gpad[:, :, 1:-1, 1:-1], gw, gb
 
 
@@ -129,8 +133,9 @@ def setup_numpy(config, data):
 
 
 def setup_fluidtape(config, data):
-    tape, ops, layers, optim = common.fluidtape(["softmax_with_cross_entropy"],
-                                                ["Conv2D", "MaxPool2D"])
+    tape, ops, layers, optim = common.fluidtape(
+        ["softmax_with_cross_entropy"], ["Conv2D", "MaxPool2D"]
+    )
     c0, c1, c2 = config["channels"]
     conv1, conv2 = layers.Conv2D(c0, c1, 3, padding=1), layers.Conv2D(c1, c2, 3, padding=1)
     pool = layers.MaxPool2D(2)
@@ -163,17 +168,30 @@ def setup_torch(config, data):
     flat = c2 * (config["image"] // 4) ** 2
     conv1, conv2 = nn.Conv2d(c0, c1, 3, padding=1), nn.Conv2d(c1, c2, 3, padding=1)
     linear = nn.Linear(flat, config["classes"])
-    model = nn.Sequential(conv1, nn.ReLU(), nn.MaxPool2d(2), conv2, nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Flatten(), linear)
+    model = nn.Sequential(
+        conv1, nn.ReLU(), nn.MaxPool2d(2), conv2, nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), linear
+    )
     w1, b1, w2, b2, w3, b3 = (torch.from_numpy(v) for v in common.copies(data["params"]))
     with torch.no_grad():
-        for param, value in ((conv1.weight, w1), (conv1.bias, b1), (conv2.weight, w2),
-                             (conv2.bias, b2), (linear.weight, w3.T), (linear.bias, b3)):
+        for param, value in (
+            (conv1.weight, w1),
+            (conv1.bias, b1),
+            (conv2.weight, w2),
+            (conv2.bias, b2),
+            (linear.weight, w3.T),
+            (linear.bias, b3),
+        ):
             param.copy_(value)
     x, labels = torch.tensor(data["x"]), torch.tensor(data["labels"])
     sgd = torch.optim.SGD(model.parameters(), lr=config["lr"])
-    results = [conv1.weight, conv1.bias, conv2.weight, conv2.bias,
-               common.Transposed(linear.weight), linear.bias]
+    results = [
+        conv1.weight,
+        conv1.bias,
+        conv2.weight,
+        conv2.bias,
+        common.Transposed(linear.weight),
+        linear.bias,
+    ]
 
     def step():
         sgd.zero_grad(set_to_none=True)

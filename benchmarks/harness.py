@@ -73,7 +73,7 @@ def warm_up(step, seconds):
         now = time.perf_counter()
         times.append(now - last)
         count, last = count + 1, now
-    tail = times[len(times) // 2:]
+    tail = times[len(times) // 2 :]
     return sum(tail) / len(tail)
 
 
@@ -112,8 +112,9 @@ def measure(steps, options):
                 wait_until_idle(deadline - time.perf_counter())
             times[name].append(per_step)
             spans[name].append(span)
-    return [Measurement(name, times[name], counts[name], others_load(spans[name]))
-            for name in steps]
+    return [
+        Measurement(name, times[name], counts[name], others_load(spans[name])) for name in steps
+    ]
 
 
 _IDLE = 0.25  # cores other processes may use while the machine still counts as idle

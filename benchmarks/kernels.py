@@ -21,8 +21,9 @@ def timed_kernels(totals, counts):
     for op_type, defn in REGISTRY.items():
         saved[op_type] = (defn.kernel, defn.kernels)
         defn.kernel = _timed(op_type, defn.kernel, totals, counts)
-        defn.kernels = {place: _timed(op_type, fn, totals, counts)
-                        for place, fn in defn.kernels.items()}
+        defn.kernels = {
+            place: _timed(op_type, fn, totals, counts) for place, fn in defn.kernels.items()
+        }
     try:
         yield
     finally:
@@ -54,13 +55,16 @@ def kernel_profile(step, seconds, limit=15):
         elapsed = time.perf_counter() - started
     per_step = elapsed / steps * 1e3
     in_kernels = sum(totals.values()) / steps * 1e3
-    lines = [f"{steps} steps, {per_step:.3f} ms/step: kernels {in_kernels:.3f} ms, "
-             f"engine and Python {per_step - in_kernels:.3f} ms "
-             f"({(per_step - in_kernels) / per_step:.0%})",
-             f"{'op':<36}{'calls/step':>11}{'ms/step':>10}{'share':>8}"]
+    lines = [
+        f"{steps} steps, {per_step:.3f} ms/step: kernels {in_kernels:.3f} ms, "
+        f"engine and Python {per_step - in_kernels:.3f} ms "
+        f"({(per_step - in_kernels) / per_step:.0%})",
+        f"{'op':<36}{'calls/step':>11}{'ms/step':>10}{'share':>8}",
+    ]
     ranked = sorted(totals, key=totals.get, reverse=True)
     for op_type in ranked[:limit]:
         ms = totals[op_type] / steps * 1e3
-        lines.append(f"{op_type:<36}{counts[op_type] / steps:>11.1f}{ms:>10.3f}"
-                     f"{ms / per_step:>8.1%}")
+        lines.append(
+            f"{op_type:<36}{counts[op_type] / steps:>11.1f}{ms:>10.3f}{ms / per_step:>8.1%}"
+        )
     return "\n".join(lines)

@@ -27,10 +27,12 @@ def scale(config):
 def make_data(config, seed=0):
     rng = np.random.default_rng(seed)
     steps, batch, n_in, hidden = (config[k] for k in ("steps", "batch", "input", "hidden"))
-    params = [common.uniform(rng, (4 * hidden, n_in), hidden),
-              common.uniform(rng, (4 * hidden, hidden), hidden),
-              common.uniform(rng, (4 * hidden,), hidden),
-              common.uniform(rng, (4 * hidden,), hidden)]
+    params = [
+        common.uniform(rng, (4 * hidden, n_in), hidden),
+        common.uniform(rng, (4 * hidden, hidden), hidden),
+        common.uniform(rng, (4 * hidden,), hidden),
+        common.uniform(rng, (4 * hidden,), hidden),
+    ]
     xs = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
     return {"xs": xs, "params": params}
 
@@ -67,9 +69,9 @@ def cell_forward(x, h, c, w_ih_t, w_hh_t, bias):
     z += h @ w_hh_t
     z += bias
     gates = np.empty_like(z)
-    gates[:, :2 * hidden] = _sigmoid(z[:, :2 * hidden])
-    gates[:, 3 * hidden:] = _sigmoid(z[:, 3 * hidden:])
-    np.tanh(z[:, 2 * hidden:3 * hidden], out=gates[:, 2 * hidden:3 * hidden])
+    gates[:, : 2 * hidden] = _sigmoid(z[:, : 2 * hidden])
+    gates[:, 3 * hidden :] = _sigmoid(z[:, 3 * hidden :])
+    np.tanh(z[:, 2 * hidden : 3 * hidden], out=gates[:, 2 * hidden : 3 * hidden])
     i, f, g, o = np.split(gates, 4, axis=1)
     c_next = f * c + i * g
     tanh_c = np.tanh(c_next)
@@ -84,17 +86,18 @@ def backward_through_time(saved, w_hh, gh_steps, w_ih=None):
     gw_ih, gw_hh = np.zeros((4 * hidden, saved[0][0].shape[1]), np.float32), np.zeros_like(w_hh)
     gb, gxs = np.zeros(4 * hidden, np.float32), []
     gh, gc = np.zeros_like(saved[0][1]), np.zeros_like(saved[0][1])
-    for (x, h_prev, c_prev, gates, tanh_c), gh_out in zip(reversed(saved), reversed(gh_steps),
-                                                          strict=True):
+    for (x, h_prev, c_prev, gates, tanh_c), gh_out in zip(
+        reversed(saved), reversed(gh_steps), strict=True
+    ):
         if gh_out is not None:
             gh = gh + gh_out
         i, f, g, o = np.split(gates, 4, axis=1)
         gc = gc + gh * o * (1.0 - tanh_c * tanh_c)
         gz = np.empty_like(gates)
         gz[:, :hidden] = gc * g * i * (1.0 - i)
-        gz[:, hidden:2 * hidden] = gc * c_prev * f * (1.0 - f)
-        gz[:, 2 * hidden:3 * hidden] = gc * i * (1.0 - g * g)
-        gz[:, 3 * hidden:] = gh * tanh_c * o * (1.0 - o)
+        gz[:, hidden : 2 * hidden] = gc * c_prev * f * (1.0 - f)
+        gz[:, 2 * hidden : 3 * hidden] = gc * i * (1.0 - g * g)
+        gz[:, 3 * hidden :] = gh * tanh_c * o * (1.0 - o)
         gc = gc * f
         gw_ih += gz.T @ x
         gw_hh += gz.T @ h_prev
@@ -166,8 +169,8 @@ def setup_autograd(config, data):
         h = c = zeros
         for x in xs:
             z = anp.dot(x, w_ih.T) + anp.dot(h, w_hh.T) + b_ih + b_hh
-            i, f = sigmoid(z[:, :hidden]), sigmoid(z[:, hidden:2 * hidden])
-            g, o = anp.tanh(z[:, 2 * hidden:3 * hidden]), sigmoid(z[:, 3 * hidden:])
+            i, f = sigmoid(z[:, :hidden]), sigmoid(z[:, hidden : 2 * hidden])
+            g, o = anp.tanh(z[:, 2 * hidden : 3 * hidden]), sigmoid(z[:, 3 * hidden :])
             c = f * c + i * g
             h = o * anp.tanh(c)
         return anp.sum(h)

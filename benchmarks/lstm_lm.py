@@ -29,10 +29,10 @@ def make_data(config, seed=0):
     rng = np.random.default_rng(seed)
     vocab, embed, hidden = config["vocab"], config["embed"], config["hidden"]
     params = [(0.1 * rng.standard_normal((vocab, embed))).astype(np.float32)]
-    params += lstm.make_data({"steps": 0, "batch": 0, "input": embed, "hidden": hidden},
-                             seed + 1)["params"]
-    params += [common.uniform(rng, (hidden, vocab), hidden),
-               common.uniform(rng, (vocab,), hidden)]
+    params += lstm.make_data({"steps": 0, "batch": 0, "input": embed, "hidden": hidden}, seed + 1)[
+        "params"
+    ]
+    params += [common.uniform(rng, (hidden, vocab), hidden), common.uniform(rng, (vocab,), hidden)]
     tokens = rng.integers(0, vocab, (config["steps"] + 1, config["batch"])).astype(np.int64)
     return {"inputs": tokens[:-1], "targets": tokens[1:], "params": params}
 
@@ -75,13 +75,21 @@ def setup_numpy(config, data):
 
 
 def setup_fluidtape(config, data):
-    tape, ops, layers, optim = common.fluidtape(["softmax_with_cross_entropy", "stack"],
-                                                ["Embedding", "LSTMCell"])
+    tape, ops, layers, optim = common.fluidtape(
+        ["softmax_with_cross_entropy", "stack"], ["Embedding", "LSTMCell"]
+    )
     embedding = layers.Embedding(config["vocab"], config["embed"])
     cell = layers.LSTMCell(config["embed"], config["hidden"])
     output = layers.Linear(config["hidden"], config["vocab"])
-    params = [embedding.weight, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh,
-              output.weight, output.bias]
+    params = [
+        embedding.weight,
+        cell.weight_ih,
+        cell.weight_hh,
+        cell.bias_ih,
+        cell.bias_hh,
+        output.weight,
+        output.bias,
+    ]
     for param, value in zip(params, common.copies(data["params"]), strict=True):
         param.set_value(value)
     inputs = tape.Variable(data["inputs"].copy())
@@ -111,8 +119,15 @@ def setup_torch(config, data):
     embedding = torch.nn.Embedding(config["vocab"], config["embed"])
     cell = torch.nn.LSTMCell(config["embed"], config["hidden"])
     output = torch.nn.Linear(config["hidden"], config["vocab"])
-    params = [embedding.weight, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh,
-              output.weight, output.bias]
+    params = [
+        embedding.weight,
+        cell.weight_ih,
+        cell.weight_hh,
+        cell.bias_ih,
+        cell.bias_hh,
+        output.weight,
+        output.bias,
+    ]
     values = common.copies(data["params"])
     values[5] = values[5].T
     with torch.no_grad():

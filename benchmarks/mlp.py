@@ -29,8 +29,10 @@ def make_data(config, seed=0):
     sizes, batch = config["sizes"], config["batch"]
     params = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
-        params += [common.uniform(rng, (fan_in, fan_out), fan_in),
-                   common.uniform(rng, (fan_out,), fan_in)]
+        params += [
+            common.uniform(rng, (fan_in, fan_out), fan_in),
+            common.uniform(rng, (fan_out,), fan_in),
+        ]
     x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
     labels = rng.integers(0, sizes[-1], batch).astype(np.int64)
     return {"x": x, "labels": labels, "params": params}

@@ -24,26 +24,49 @@ from benchmarks import WORKLOADS  # noqa: E402
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default=",".join(WORKLOADS),
-                        help=f"comma-separated workloads (default: all of {', '.join(WORKLOADS)})")
-    parser.add_argument("--impls", default=None,
-                        help="comma-separated implementations to keep (default: all)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated workloads (default: all of {', '.join(WORKLOADS)})",
+    )
+    parser.add_argument(
+        "--impls", default=None, help="comma-separated implementations to keep (default: all)"
+    )
     parser.add_argument("--reps", type=int, default=9, help="timed blocks per implementation")
     parser.add_argument("--block", type=float, default=0.25, help="seconds per timed block")
     parser.add_argument("--warmup", type=float, default=0.5, help="warm-up seconds per impl")
-    parser.add_argument("--pause", type=float, default=0.2,
-                        help="seconds of sleep before each block (lets thread pools idle)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="BLAS/OpenMP/torch threads for every library (default: all cores)")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                        help="per workload, wait up to SECONDS in all for other processes to "
-                        "leave the cores idle: before starting, and to redo disturbed blocks")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.2,
+        help="seconds of sleep before each block (lets thread pools idle)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="BLAS/OpenMP/torch threads for every library (default: all cores)",
+    )
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="per workload, wait up to SECONDS in all for other processes to "
+        "leave the cores idle: before starting, and to redo disturbed blocks",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
-    parser.add_argument("--profile", metavar="IMPL",
-                        help="instead of timing, cProfile IMPL on each workload and print it")
+    parser.add_argument(
+        "--profile",
+        metavar="IMPL",
+        help="instead of timing, cProfile IMPL on each workload and print it",
+    )
     return parser.parse_args(argv)
 
 

@@ -145,7 +145,6 @@ def generate(model, vocab, prompt, length, temperature, rng):
     return vocab.decode(ids)
 
 
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", default=DEFAULT_TEXT)

@@ -173,7 +173,6 @@ def save_curves(histories, path):
     plt.close(fig)
 
 
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mlp", "cnn", "both"), default="both")

@@ -143,7 +143,6 @@ def train(model, args, rng, test_trees):
     return log
 
 
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1600)

@@ -23,9 +23,36 @@ from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
 from layers.pool import AvgPool2D, MaxPool2D
 from layers.rnn import GRUCell, LSTMCell
 
-__all__ = ["Linear", "Mean", "Function", "Sequential", "init", "ReLU", "Tanh", "Sigmoid", "GELU",
-           "LeakyReLU", "ELU", "Softplus", "Softmax", "LogSoftmax", "Embedding", "Dropout",
-           "LSTMCell", "GRUCell", "MSELoss", "CrossEntropyLoss", "NLLLoss",
-           "BCEWithLogitsLoss"]
-__all__ += ["Conv2D", "MaxPool2D", "AvgPool2D", "BatchNorm", "BatchNorm1d", "BatchNorm2d",
-            "LayerNorm"]
+__all__ = [
+    "Linear",
+    "Mean",
+    "Function",
+    "Sequential",
+    "init",
+    "ReLU",
+    "Tanh",
+    "Sigmoid",
+    "GELU",
+    "LeakyReLU",
+    "ELU",
+    "Softplus",
+    "Softmax",
+    "LogSoftmax",
+    "Embedding",
+    "Dropout",
+    "LSTMCell",
+    "GRUCell",
+    "MSELoss",
+    "CrossEntropyLoss",
+    "NLLLoss",
+    "BCEWithLogitsLoss",
+]
+__all__ += [
+    "Conv2D",
+    "MaxPool2D",
+    "AvgPool2D",
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+]

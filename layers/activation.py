@@ -103,5 +103,15 @@ class LogSoftmax(Activation):
         super().__init__(axis=axis)
 
 
-__all__ = ["Activation", "ReLU", "Tanh", "Sigmoid", "GELU", "LeakyReLU", "ELU", "Softplus",
-           "Softmax", "LogSoftmax"]
+__all__ = [
+    "Activation",
+    "ReLU",
+    "Tanh",
+    "Sigmoid",
+    "GELU",
+    "LeakyReLU",
+    "ELU",
+    "Softplus",
+    "Softmax",
+    "LogSoftmax",
+]

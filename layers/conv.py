@@ -57,30 +57,50 @@ class Conv2D(Function):
     ((8, 3, 3, 3), (8,))
     """
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
-                 groups=1, bias=True, weight_init=None, bias_init=None, dtype="float32"):
+    def __init__(
+        self,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        dilation=1,
+        groups=1,
+        bias=True,
+        weight_init=None,
+        bias_init=None,
+        dtype="float32",
+    ):
         super().__init__()
         if groups < 1 or in_channels % groups or out_channels % groups:
-            raise ValueError(f"in_channels ({in_channels}) and out_channels ({out_channels}) "
-                             f"must be divisible by groups ({groups})")
+            raise ValueError(
+                f"in_channels ({in_channels}) and out_channels ({out_channels}) "
+                f"must be divisible by groups ({groups})"
+            )
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
         self.kernel_size = pair(kernel_size, "kernel_size")
         self.stride, self.dilation = pair(stride, "stride"), pair(dilation, "dilation")
         self.padding = padding
         shape = (out_channels, in_channels // groups) + self.kernel_size
-        weight_init = init.with_layout(weight_init or init.kaiming_uniform(a=math.sqrt(5)),
-                                       "out_in")
+        weight_init = init.with_layout(
+            weight_init or init.kaiming_uniform(a=math.sqrt(5)), "out_in"
+        )
         self.weight = self.create_parameter(shape, weight_init, dtype, name="Conv2DWeight")
         self.bias = None
         if bias:
             fan_in = math.prod(shape[1:])
             bound = 1.0 / math.sqrt(fan_in) if fan_in else 0.0
-            self.bias = self.create_parameter((out_channels,), bias_init or
-                                              init.uniform(-bound, bound), dtype,
-                                              name="Conv2DBias")
-        self._conv_attrs = _CONV.check_attrs({
-            "strides": self.stride, "dilations": self.dilation, "groups": groups,
-            "paddings": _paddings(padding, self.kernel_size, self.stride, self.dilation)})
+            self.bias = self.create_parameter(
+                (out_channels,), bias_init or init.uniform(-bound, bound), dtype, name="Conv2DBias"
+            )
+        self._conv_attrs = _CONV.check_attrs(
+            {
+                "strides": self.stride,
+                "dilations": self.dilation,
+                "groups": groups,
+                "paddings": _paddings(padding, self.kernel_size, self.stride, self.dilation),
+            }
+        )
 
     def forward(self, x):
         out = apply(_CONV, (x, self.weight), self._conv_attrs)
@@ -89,12 +109,21 @@ class Conv2D(Function):
         return out
 
     def __repr__(self):
-        extra = "".join(f", {name}={value!r}" for name, value, default in (
-            ("stride", self.stride, (1, 1)), ("padding", self.padding, 0),
-            ("dilation", self.dilation, (1, 1)), ("groups", self.groups, 1),
-            ("bias", self.bias is not None, True)) if value != default)
-        return (f"Conv2D({self.in_channels}, {self.out_channels}, "
-                f"kernel_size={self.kernel_size}{extra})")
+        extra = "".join(
+            f", {name}={value!r}"
+            for name, value, default in (
+                ("stride", self.stride, (1, 1)),
+                ("padding", self.padding, 0),
+                ("dilation", self.dilation, (1, 1)),
+                ("groups", self.groups, 1),
+                ("bias", self.bias is not None, True),
+            )
+            if value != default
+        )
+        return (
+            f"Conv2D({self.in_channels}, {self.out_channels}, "
+            f"kernel_size={self.kernel_size}{extra})"
+        )
 
 
 _CONV = REGISTRY["conv2d"]

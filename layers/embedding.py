@@ -28,19 +28,25 @@ class Embedding(Function):
     ((2, 2, 3), [0.0, 0.0, 0.0])
     """
 
-    def __init__(self, num_embeddings, embedding_dim, padding_idx=None, weight_init=None,
-                 dtype="float32"):
+    def __init__(
+        self, num_embeddings, embedding_dim, padding_idx=None, weight_init=None, dtype="float32"
+    ):
         super().__init__()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
-                raise ValueError(f"padding_idx must be within num_embeddings "
-                                 f"({self.num_embeddings}), got {padding_idx}")
+                raise ValueError(
+                    f"padding_idx must be within num_embeddings "
+                    f"({self.num_embeddings}), got {padding_idx}"
+                )
             padding_idx %= self.num_embeddings
         self.padding_idx = padding_idx
-        self.weight = self.create_parameter((self.num_embeddings, self.embedding_dim),
-                                            self._initializer(weight_init or init.normal()),
-                                            dtype, name="EmbeddingWeight")
+        self.weight = self.create_parameter(
+            (self.num_embeddings, self.embedding_dim),
+            self._initializer(weight_init or init.normal()),
+            dtype,
+            name="EmbeddingWeight",
+        )
         self._attrs = {"padding_idx": -1 if padding_idx is None else padding_idx}
 
     def _initializer(self, weight_init):

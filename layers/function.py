@@ -37,8 +37,10 @@ class Function:
 
     def __setattr__(self, name, value):
         if "_params" not in self.__dict__:
-            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
-                               "before assigning attributes")
+            raise RuntimeError(
+                f"{type(self).__name__}.__init__ must call super().__init__() "
+                "before assigning attributes"
+            )
         self._params.pop(name, None)
         self._children.pop(name, None)
         if isinstance(value, Variable) and value.persistable and value.requires_grad:
@@ -58,8 +60,12 @@ class Function:
         if isinstance(value, Variable):
             value = value.value()
         if tuple(value.shape) != shape:
-            raise InputError(None, f"initializer returned the wrong shape for parameter {name!r}",
-                             expected=str(shape), actual=str(tuple(value.shape)))
+            raise InputError(
+                None,
+                f"initializer returned the wrong shape for parameter {name!r}",
+                expected=str(shape),
+                actual=str(tuple(value.shape)),
+            )
         param = Variable(value, requires_grad=True, name=name, dtype=dtype)
         param.persistable = True
         return param

@@ -42,8 +42,9 @@ def calculate_fans(shape, layout="out_in"):
     if layout not in LAYOUTS:
         raise ValueError(f"unknown weight layout {layout!r}; valid: {', '.join(LAYOUTS)}")
     if len(shape) < 2:
-        raise ValueError(f"fan in and fan out need a weight with at least 2 dimensions, "
-                         f"got shape {tuple(shape)}")
+        raise ValueError(
+            f"fan in and fan out need a weight with at least 2 dimensions, got shape {tuple(shape)}"
+        )
     receptive = math.prod(shape[2:])
     outer, inner = shape[0] * receptive, shape[1] * receptive
     return (inner, outer) if layout == "out_in" else (outer, inner)
@@ -55,8 +56,17 @@ def calculate_gain(nonlinearity, param=None):
     >>> round(calculate_gain("relu"), 6), calculate_gain("tanh")
     (1.414214, 1.6666666666666667)
     """
-    linear = ("linear", "identity", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-              "conv_transpose2d", "conv_transpose3d", "sigmoid")
+    linear = (
+        "linear",
+        "identity",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "sigmoid",
+    )
     if nonlinearity in linear:
         return 1.0
     if nonlinearity == "tanh":
@@ -77,8 +87,12 @@ def run_init_op(op_type, shape, dtype="float32", **attrs):
     """Runs one initializer op on a private tape (the seed's init tape); returns its output."""
     out = Variable(name=f"{op_type}_init")
     init_tape = Tape()
-    init_tape.add_op(op_type, {}, {"Out": [out]},
-                     {"shape": [int(d) for d in shape], "dtype": np.dtype(dtype).name, **attrs})
+    init_tape.add_op(
+        op_type,
+        {},
+        {"Out": [out]},
+        {"shape": [int(d) for d in shape], "dtype": np.dtype(dtype).name, **attrs},
+    )
     init_tape.forward()
     return out
 
@@ -154,8 +168,7 @@ class Xavier(FanInitializer):
 
 
 class Kaiming(FanInitializer):
-    def __init__(self, distribution, a=0.0, mode="fan_in", nonlinearity="leaky_relu",
-                 layout=None):
+    def __init__(self, distribution, a=0.0, mode="fan_in", nonlinearity="leaky_relu", layout=None):
         if mode not in ("fan_in", "fan_out"):
             raise ValueError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
         super().__init__(distribution, layout)
@@ -224,7 +237,18 @@ def with_layout(initializer, layout):
 
 
 __all__ = [
-    "Initializer", "calculate_fans", "calculate_gain", "constant", "zeros", "ones", "uniform",
-    "normal", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal",
-    "with_layout", "run_init_op",
+    "Initializer",
+    "calculate_fans",
+    "calculate_gain",
+    "constant",
+    "zeros",
+    "ones",
+    "uniform",
+    "normal",
+    "xavier_uniform",
+    "xavier_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "with_layout",
+    "run_init_op",
 ]

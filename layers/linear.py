@@ -45,20 +45,30 @@ class Linear(Function):
     ['weight', 'bias']
     """
 
-    def __init__(self, in_dim, out_dim, act=None, bias=True, weight_init=None, bias_init=None,
-                 dtype="float32"):
+    def __init__(
+        self,
+        in_dim,
+        out_dim,
+        act=None,
+        bias=True,
+        weight_init=None,
+        bias_init=None,
+        dtype="float32",
+    ):
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         bound = 1.0 / math.sqrt(self.in_dim) if self.in_dim > 0 else 0.0
-        weight_init = init.with_layout(weight_init or init.kaiming_uniform(a=math.sqrt(5)),
-                                       "in_out")
-        self.weight = self.create_parameter((self.in_dim, self.out_dim), weight_init, dtype,
-                                            name="LinearWeight")
+        weight_init = init.with_layout(
+            weight_init or init.kaiming_uniform(a=math.sqrt(5)), "in_out"
+        )
+        self.weight = self.create_parameter(
+            (self.in_dim, self.out_dim), weight_init, dtype, name="LinearWeight"
+        )
         self.bias = None
         if bias:
-            self.bias = self.create_parameter((self.out_dim,), bias_init or
-                                              init.uniform(-bound, bound), dtype,
-                                              name="LinearBias")
+            self.bias = self.create_parameter(
+                (self.out_dim,), bias_init or init.uniform(-bound, bound), dtype, name="LinearBias"
+            )
         self.act = act
         self._act = activation_op(act)
         # Full attribute dicts built once: recording skips attribute checking on the hot path.
@@ -68,10 +78,13 @@ class Linear(Function):
     def forward(self, x):
         ndim = len(x.shape)
         if ndim == 0 or x.shape[-1] != self.in_dim:
-            raise ShapeError("mul", f"{self!r} expects {self.in_dim} input features",
-                             expected=f"X.shape[-1] == in_dim == {self.in_dim}",
-                             actual=f"X.shape={x.shape}, weight.shape={self.weight.shape}",
-                             location=user_location())
+            raise ShapeError(
+                "mul",
+                f"{self!r} expects {self.in_dim} input features",
+                expected=f"X.shape[-1] == in_dim == {self.in_dim}",
+                actual=f"X.shape={x.shape}, weight.shape={self.weight.shape}",
+                location=user_location(),
+            )
         if ndim == 1:  # one sample: mul's 2-D form needs a batch axis, matmul takes vectors
             out = apply(_MATMUL, (x, self.weight), _MATMUL.defaults)
         else:

@@ -25,8 +25,9 @@ class _Loss(Function):
     def __init__(self, reduction="mean"):
         super().__init__()
         if reduction not in _REDUCTIONS:
-            raise ValueError(f"reduction must be one of {', '.join(_REDUCTIONS)}, "
-                             f"got {reduction!r}")
+            raise ValueError(
+                f"reduction must be one of {', '.join(_REDUCTIONS)}, got {reduction!r}"
+            )
         self.reduction = reduction
 
     def _reduce(self, loss, valid=None):
@@ -128,15 +129,18 @@ class CrossEntropyLoss(_Loss):
     def _soft(self, input, target, axis):
         if self.label_smoothing > 0.0:
             classes = input.shape[axis]
-            target = _op("scale")(target, scale=1.0 - self.label_smoothing,
-                                  bias=self.label_smoothing / classes)
+            target = _op("scale")(
+                target, scale=1.0 - self.label_smoothing, bias=self.label_smoothing / classes
+            )
         loss = _op("softmax_with_cross_entropy")(input, target, axis=axis, soft_label=True).loss
         shape = tuple(d for i, d in enumerate(input.shape) if i != axis)
         return self._reduce(_op("reshape")(loss, shape=shape))
 
     def __repr__(self):
-        return (f"CrossEntropyLoss(reduction={self.reduction!r}, ignore_index="
-                f"{self.ignore_index}, label_smoothing={self.label_smoothing})")
+        return (
+            f"CrossEntropyLoss(reduction={self.reduction!r}, ignore_index="
+            f"{self.ignore_index}, label_smoothing={self.label_smoothing})"
+        )
 
 
 class NLLLoss(_Loss):
@@ -183,8 +187,11 @@ class BCEWithLogitsLoss(_Loss):
 
     def __init__(self, reduction="mean", pos_weight=None):
         super().__init__(reduction)
-        self.pos_weight = None if pos_weight is None else np.asarray(
-            pos_weight.numpy() if isinstance(pos_weight, Variable) else pos_weight)
+        self.pos_weight = (
+            None
+            if pos_weight is None
+            else np.asarray(pos_weight.numpy() if isinstance(pos_weight, Variable) else pos_weight)
+        )
 
     def forward(self, input, target):
         target = _as_variable(target, input.dtype)

@@ -59,22 +59,35 @@ class BatchNorm(Function):
 
     def _check_input(self, x):
         if len(x.shape) < 2 or x.shape[1] != self.num_features:
-            raise ShapeError("batch_norm", f"{self!r} expects {self.num_features} channels",
-                             expected=f"X (N, {self.num_features}, ...)",
-                             actual=f"X.shape={x.shape}", location=user_location())
+            raise ShapeError(
+                "batch_norm",
+                f"{self!r} expects {self.num_features} channels",
+                expected=f"X (N, {self.num_features}, ...)",
+                actual=f"X.shape={x.shape}",
+                location=user_location(),
+            )
 
     def forward(self, x):
         self._check_input(x)
         running = {"MeanOut": [self.running_mean], "VarianceOut": [self.running_var]}
         y, *_ = get_global_tape().add_op(
-            "batch_norm", {"X": [x], "Scale": [self.weight], "Bias": [self.bias],
-                           "Mean": [self.running_mean], "Variance": [self.running_var]},
-            running, self._train_attrs if self.training else self._eval_attrs)
+            "batch_norm",
+            {
+                "X": [x],
+                "Scale": [self.weight],
+                "Bias": [self.bias],
+                "Mean": [self.running_mean],
+                "Variance": [self.running_var],
+            },
+            running,
+            self._train_attrs if self.training else self._eval_attrs,
+        )
         return y
 
     def __repr__(self):
-        return (f"{type(self).__name__}({self.num_features}, eps={self.eps}, "
-                f"momentum={self.momentum})")
+        return (
+            f"{type(self).__name__}({self.num_features}, eps={self.eps}, momentum={self.momentum})"
+        )
 
 
 class BatchNorm1d(BatchNorm):
@@ -82,9 +95,13 @@ class BatchNorm1d(BatchNorm):
 
     def _check_input(self, x):
         if len(x.shape) not in (2, 3):
-            raise ShapeError("batch_norm", f"{type(self).__name__} expects a 2-D or 3-D input",
-                             expected="X (N, C) or (N, C, L)", actual=f"X.shape={x.shape}",
-                             location=user_location())
+            raise ShapeError(
+                "batch_norm",
+                f"{type(self).__name__} expects a 2-D or 3-D input",
+                expected="X (N, C) or (N, C, L)",
+                actual=f"X.shape={x.shape}",
+                location=user_location(),
+            )
         super()._check_input(x)
 
 
@@ -93,9 +110,13 @@ class BatchNorm2d(BatchNorm):
 
     def _check_input(self, x):
         if len(x.shape) != 4:
-            raise ShapeError("batch_norm", f"{type(self).__name__} expects a 4-D input",
-                             expected="X (N, C, H, W)", actual=f"X.shape={x.shape}",
-                             location=user_location())
+            raise ShapeError(
+                "batch_norm",
+                f"{type(self).__name__} expects a 4-D input",
+                expected="X (N, C, H, W)",
+                actual=f"X.shape={x.shape}",
+                location=user_location(),
+            )
         super()._check_input(x)
 
 
@@ -119,23 +140,29 @@ class LayerNorm(Function):
         self.eps = float(eps)
         self.weight = self.bias = None
         if elementwise_affine:
-            self.weight = self.create_parameter(self.normalized_shape, init.ones(), dtype,
-                                                name="LayerNormScale")
-            self.bias = self.create_parameter(self.normalized_shape, init.zeros(), dtype,
-                                              name="LayerNormBias")
+            self.weight = self.create_parameter(
+                self.normalized_shape, init.ones(), dtype, name="LayerNormScale"
+            )
+            self.bias = self.create_parameter(
+                self.normalized_shape, init.zeros(), dtype, name="LayerNormBias"
+            )
         self._attrs = {}
 
     def forward(self, x):
         rank, count = len(x.shape), len(self.normalized_shape)
-        if tuple(x.shape[rank - count:]) != self.normalized_shape or rank < count:
-            raise ShapeError("layer_norm", f"{self!r} normalises the trailing dimensions "
-                             f"{self.normalized_shape}", expected=f"X.shape ending in "
-                             f"{self.normalized_shape}", actual=f"X.shape={x.shape}",
-                             location=user_location())
+        if tuple(x.shape[rank - count :]) != self.normalized_shape or rank < count:
+            raise ShapeError(
+                "layer_norm",
+                f"{self!r} normalises the trailing dimensions {self.normalized_shape}",
+                expected=f"X.shape ending in {self.normalized_shape}",
+                actual=f"X.shape={x.shape}",
+                location=user_location(),
+            )
         attrs = self._attrs.get(rank)
         if attrs is None:
-            attrs = self._attrs[rank] = _LN.check_attrs({"begin_norm_axis": rank - count,
-                                                         "epsilon": self.eps})
+            attrs = self._attrs[rank] = _LN.check_attrs(
+                {"begin_norm_axis": rank - count, "epsilon": self.eps}
+            )
         y, _, _ = apply(_LN, (x, self.weight, self.bias), attrs)
         return y
 

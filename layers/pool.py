@@ -16,16 +16,25 @@ class _Pool2D(Function):
         self.kernel_size = pair(kernel_size, "kernel_size")
         self.stride = self.kernel_size if stride is None else pair(stride, "stride")
         self.padding, self.ceil_mode = pair(padding, "padding"), bool(ceil_mode)
-        self._attrs = _POOL.check_attrs({
-            "pooling_type": self.pooling_type, "ksize": self.kernel_size, "strides": self.stride,
-            "paddings": self.padding, "ceil_mode": self.ceil_mode, "exclusive": exclusive})
+        self._attrs = _POOL.check_attrs(
+            {
+                "pooling_type": self.pooling_type,
+                "ksize": self.kernel_size,
+                "strides": self.stride,
+                "paddings": self.padding,
+                "ceil_mode": self.ceil_mode,
+                "exclusive": exclusive,
+            }
+        )
 
     def forward(self, x):
         return apply(_POOL, (x,), self._attrs)
 
     def __repr__(self):
-        return (f"{type(self).__name__}(kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, ceil_mode={self.ceil_mode})")
+        return (
+            f"{type(self).__name__}(kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, ceil_mode={self.ceil_mode})"
+        )
 
 
 class MaxPool2D(_Pool2D):
@@ -69,8 +78,9 @@ class AvgPool2D(_Pool2D):
 
     pooling_type = "avg"
 
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False,
-                 count_include_pad=True):
+    def __init__(
+        self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True
+    ):
         super().__init__(kernel_size, stride, padding, ceil_mode, not count_include_pad)
         self.count_include_pad = bool(count_include_pad)
 

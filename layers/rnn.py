@@ -44,10 +44,12 @@ class _Cell(Function):
         # PyTorch: every parameter U(-1/sqrt(hidden), 1/sqrt(hidden)).
         bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0
         uniform = init.uniform(-bound, bound)
-        self.weight_ih = self.create_parameter((width, self.input_size), uniform, dtype,
-                                               name="weight_ih")
-        self.weight_hh = self.create_parameter((width, self.hidden_size), uniform, dtype,
-                                               name="weight_hh")
+        self.weight_ih = self.create_parameter(
+            (width, self.input_size), uniform, dtype, name="weight_ih"
+        )
+        self.weight_hh = self.create_parameter(
+            (width, self.hidden_size), uniform, dtype, name="weight_hh"
+        )
         self.bias_ih = self.bias_hh = None
         if bias:
             self.bias_ih = self.create_parameter((width,), uniform, dtype, name="bias_ih")
@@ -65,19 +67,25 @@ class _Cell(Function):
 
     def _check_input(self, x):
         if not 1 <= len(x.shape) <= 2 or x.shape[-1] != self.input_size:
-            raise ShapeError("matmul", f"{self!r} expects input of shape (batch, "
-                             f"{self.input_size}) or ({self.input_size},)",
-                             expected=f"X.shape[-1] == input_size == {self.input_size}",
-                             actual=f"X.shape={x.shape}, weight_ih.shape="
-                             f"{self.weight_ih.shape}", location=user_location())
+            raise ShapeError(
+                "matmul",
+                f"{self!r} expects input of shape (batch, "
+                f"{self.input_size}) or ({self.input_size},)",
+                expected=f"X.shape[-1] == input_size == {self.input_size}",
+                actual=f"X.shape={x.shape}, weight_ih.shape={self.weight_ih.shape}",
+                location=user_location(),
+            )
 
     def _check_state(self, x, state, name):
         expected = tuple(x.shape[:-1]) + (self.hidden_size,)
         if tuple(state.shape) != expected:
-            raise ShapeError("matmul", f"{type(self).__name__} state {name} does not match "
-                             f"the input", expected=f"{name}.shape == {expected}",
-                             actual=f"{name}.shape={state.shape}, X.shape={x.shape}",
-                             location=user_location())
+            raise ShapeError(
+                "matmul",
+                f"{type(self).__name__} state {name} does not match the input",
+                expected=f"{name}.shape == {expected}",
+                actual=f"{name}.shape={state.shape}, X.shape={x.shape}",
+                location=user_location(),
+            )
 
     def _zeros(self, x):
         value = x._value

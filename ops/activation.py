@@ -99,8 +99,7 @@ def _sigmoid(xp, x):
     return 1.0 / (1.0 + xp.exp(xp.minimum(-x, limit)))
 
 
-@register("sigmoid", inputs=("X",), infer=_real_float_same, elementwise=True,
-          no_need_buffer=("X",))
+@register("sigmoid", inputs=("X",), infer=_real_float_same, elementwise=True, no_need_buffer=("X",))
 def sigmoid(xp, attrs, x):
     """Out = 1 / (1 + exp(-X)).  dX = dOut * Out * (1 - Out), one 'sigmoid_grad' op."""
     return _sigmoid(xp, x)
@@ -132,8 +131,13 @@ def _(g):
 # ---- activations whose gradient reads X: leaky_relu, elu, gelu, softplus, clip -------------------
 
 
-@register("leaky_relu", inputs=("X",), attrs={"alpha": Attr("float", 0.01)},
-          infer=_real_float_same, elementwise=True)
+@register(
+    "leaky_relu",
+    inputs=("X",),
+    attrs={"alpha": Attr("float", 0.01)},
+    infer=_real_float_same,
+    elementwise=True,
+)
 def leaky_relu(xp, attrs, x):
     """Out = X where X > 0, else alpha * X (PyTorch's default alpha = 0.01).
 
@@ -147,8 +151,13 @@ def _(g):
     return (apply(leaky_relu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
 
 
-@register("leaky_relu_grad", inputs=("X", "Out@GRAD"), attrs={"alpha": Attr("float", 0.01)},
-          infer=_infer_grad, elementwise=True)
+@register(
+    "leaky_relu_grad",
+    inputs=("X", "Out@GRAD"),
+    attrs={"alpha": Attr("float", 0.01)},
+    infer=_infer_grad,
+    elementwise=True,
+)
 def leaky_relu_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD where X > 0, else alpha * Out@GRAD.
 
@@ -163,8 +172,13 @@ def _(g):
     return None, apply(leaky_relu_grad, (g.inputs[0], g.gouts[0]), g.attrs)
 
 
-@register("elu", inputs=("X",), attrs={"alpha": Attr("float", 1.0)}, infer=_real_float_same,
-          elementwise=True)
+@register(
+    "elu",
+    inputs=("X",),
+    attrs={"alpha": Attr("float", 1.0)},
+    infer=_real_float_same,
+    elementwise=True,
+)
 def elu(xp, attrs, x):
     """Out = X where X > 0, else alpha * (exp(X) - 1).
 
@@ -179,8 +193,13 @@ def _(g):
     return (apply(elu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
 
 
-@register("elu_grad", inputs=("X", "Out@GRAD"), attrs={"alpha": Attr("float", 1.0)},
-          infer=_infer_grad, elementwise=True)
+@register(
+    "elu_grad",
+    inputs=("X", "Out@GRAD"),
+    attrs={"alpha": Attr("float", 1.0)},
+    infer=_infer_grad,
+    elementwise=True,
+)
 def elu_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD where X > 0, else Out@GRAD * alpha * exp(X).
 
@@ -197,8 +216,11 @@ def _(g):
     gx = ggout = None
     if g.needs(0):
         both = _mul(ggx, gout)
-        gx = apply(elementwise_sub, (apply(elu_grad, (x, both), g.attrs),
-                                     apply(relu_grad, (x, both), _NO_ATTRS)), _NUMPY)
+        gx = apply(
+            elementwise_sub,
+            (apply(elu_grad, (x, both), g.attrs), apply(relu_grad, (x, both), _NO_ATTRS)),
+            _NUMPY,
+        )
     if g.needs(1):
         ggout = apply(elu_grad, (x, ggx), g.attrs)
     return gx, ggout
@@ -218,8 +240,13 @@ def _normal_cdf(xp, x):
     return cdf
 
 
-@register("gelu", inputs=("X",), attrs={"approximate": Attr("bool", False)},
-          infer=_real_float_same, elementwise=True)
+@register(
+    "gelu",
+    inputs=("X",),
+    attrs={"approximate": Attr("bool", False)},
+    infer=_real_float_same,
+    elementwise=True,
+)
 def gelu(xp, attrs, x):
     """Out = X * Phi(X), Phi the standard normal CDF (exact, via erf), as in PyTorch.
 
@@ -241,8 +268,13 @@ def _(g):
     return (apply(gelu_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
 
 
-@register("gelu_grad", inputs=("X", "Out@GRAD"), attrs={"approximate": Attr("bool", False)},
-          infer=_infer_grad, elementwise=True)
+@register(
+    "gelu_grad",
+    inputs=("X", "Out@GRAD"),
+    attrs={"approximate": Attr("bool", False)},
+    infer=_infer_grad,
+    elementwise=True,
+)
 def gelu_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD * gelu'(X): Phi(X) + X phi(X), or for the tanh form, with
     T = tanh(U), U = C (X + K X^3): (1 + T) / 2 + X (1 - T^2) C (1 + 3 K X^2) / 2.
@@ -253,8 +285,9 @@ def gelu_grad(xp, attrs, x, gout):
     sq = x * x
     if attrs["approximate"]:
         t = xp.tanh(x * (sq * (_TANH_C * _TANH_K) + _TANH_C))
-        slope = 0.5 * (1.0 + t) + (0.5 * x) * (1.0 - t * t) * (sq * (3.0 * _TANH_C * _TANH_K)
-                                                               + _TANH_C)
+        slope = 0.5 * (1.0 + t) + (0.5 * x) * (1.0 - t * t) * (
+            sq * (3.0 * _TANH_C * _TANH_K) + _TANH_C
+        )
     else:
         slope = _normal_cdf(xp, x) + x * (xp.exp(sq * -0.5) * _INV_SQRT_2PI)
     return gout * slope
@@ -281,8 +314,9 @@ def _gelu_curvature(x, approximate):
     ck = _TANH_C * _TANH_K
     t = apply(tanh, (_mul(x, _scale(sq, ck, _TANH_C)),), _NO_ATTRS)
     slope_u = apply(square, (_scale(sq, 3.0 * ck, _TANH_C),), _NO_ATTRS)
-    inner = apply(elementwise_sub, (_scale(sq, 6.0 * ck, _TANH_C), _mul(_mul(x, t), slope_u)),
-                  _NUMPY)
+    inner = apply(
+        elementwise_sub, (_scale(sq, 6.0 * ck, _TANH_C), _mul(_mul(x, t), slope_u)), _NUMPY
+    )
     return _mul(_scale(apply(square, (t,), _NO_ATTRS), -1.0, 1.0), inner)
 
 
@@ -292,8 +326,9 @@ _SOFTPLUS_ATTRS = {
 }
 
 
-@register("softplus", inputs=("X",), attrs=_SOFTPLUS_ATTRS, infer=_real_float_same,
-          elementwise=True)
+@register(
+    "softplus", inputs=("X",), attrs=_SOFTPLUS_ATTRS, infer=_real_float_same, elementwise=True
+)
 def softplus(xp, attrs, x):
     """Out = log(1 + exp(beta X)) / beta, and X itself where beta X > threshold (PyTorch).
 
@@ -313,8 +348,13 @@ def _(g):
     return (apply(softplus_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
 
 
-@register("softplus_grad", inputs=("X", "Out@GRAD"), attrs=_SOFTPLUS_ATTRS, infer=_infer_grad,
-          elementwise=True)
+@register(
+    "softplus_grad",
+    inputs=("X", "Out@GRAD"),
+    attrs=_SOFTPLUS_ATTRS,
+    infer=_infer_grad,
+    elementwise=True,
+)
 def softplus_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD * H(X), H(X) = sigmoid(beta X), or 1 where beta X > threshold.
 
@@ -336,5 +376,3 @@ def _(g):
     if g.needs(1):
         ggout = apply(softplus_grad, (x, ggx), g.attrs)
     return gx, ggout
-
-

@@ -12,12 +12,18 @@ import ctypes
 import threading
 
 _SETTERS = (
-    "scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
-    "openblas_set_num_threads64_", "openblas_set_num_threads", "MKL_Set_Num_Threads",
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+    "MKL_Set_Num_Threads",
 )
 _GETTERS = (
-    "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
-    "openblas_get_num_threads64_", "openblas_get_num_threads", "MKL_Get_Max_Threads",
+    "scipy_openblas_get_num_threads64_",
+    "scipy_openblas_get_num_threads",
+    "openblas_get_num_threads64_",
+    "openblas_get_num_threads",
+    "MKL_Get_Max_Threads",
 )
 _LOCAL_SETTER = "openblas_set_num_threads_local"  # per calling thread, returns the old count
 _lock = threading.Lock()

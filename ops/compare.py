@@ -20,8 +20,14 @@ def _comparison(op_type, ufunc, symbol):
         return getattr(xp, ufunc)(x, aligned(x, y, attrs))
 
     kernel.__doc__ = f"Out = X {symbol} Y (bool); not differentiable."
-    return register(op_type, inputs=("X", "Y"), attrs={"axis": Attr("int", -1)},
-                    infer=_infer_compare, elementwise=True, differentiable=False)(kernel)
+    return register(
+        op_type,
+        inputs=("X", "Y"),
+        attrs={"axis": Attr("int", -1)},
+        infer=_infer_compare,
+        elementwise=True,
+        differentiable=False,
+    )(kernel)
 
 
 less_than = _comparison("less_than", "less", "<")

@@ -30,8 +30,7 @@ def neg(x):
 
 def scale(x, factor, bias=0.0):
     """factor * x + bias, as one 'scale' op."""
-    return apply(REGISTRY["scale"], (x,), {"scale": factor, "bias": bias,
-                                           "bias_after_scale": True})
+    return apply(REGISTRY["scale"], (x,), {"scale": factor, "bias": bias, "bias_after_scale": True})
 
 
 def sum_keep(x, axis):

@@ -22,8 +22,12 @@ def _pairs(rule, minimum):
 
 CONV_ATTRS = {
     "strides": Attr("ints", (1, 1), **_pairs("two ints >= 1", 1)),
-    "paddings": Attr("ints", (0, 0), check=lambda v: len(v) in (2, 4) and min(v) >= 0,
-                     rule="two ints (h, w) or four (top, bottom, left, right), all >= 0"),
+    "paddings": Attr(
+        "ints",
+        (0, 0),
+        check=lambda v: len(v) in (2, 4) and min(v) >= 0,
+        rule="two ints (h, w) or four (top, bottom, left, right), all >= 0",
+    ),
     "dilations": Attr("ints", (1, 1), **_pairs("two ints >= 1", 1)),
     "groups": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
 }
@@ -45,41 +49,59 @@ def output_size(size, pad_lo, pad_hi, kernel, stride, dilation):
 def _conv_shape(attrs, x_shape, w_shape):
     """Out's shape from Input's and Filter's, or a ShapeError saying which rule failed."""
     if len(x_shape) != 4 or len(w_shape) != 4:
-        raise ShapeError(None, "Input and Filter must be 4-D",
-                         expected="Input (N, C, H, W) and Filter (O, C/groups, kh, kw)",
-                         actual=f"Input.shape={x_shape}, Filter.shape={w_shape}")
+        raise ShapeError(
+            None,
+            "Input and Filter must be 4-D",
+            expected="Input (N, C, H, W) and Filter (O, C/groups, kh, kw)",
+            actual=f"Input.shape={x_shape}, Filter.shape={w_shape}",
+        )
     (n, c, h, w), (o, cg, kh, kw), groups = x_shape, w_shape, attrs["groups"]
     if c % groups or o % groups:
-        raise ShapeError(None, "channels are not divisible by groups",
-                         expected=f"Input channels ({c}) and Filter.shape[0] ({o}) "
-                         f"divisible by groups={groups}", actual=f"Input.shape={x_shape}, "
-                         f"Filter.shape={w_shape}")
+        raise ShapeError(
+            None,
+            "channels are not divisible by groups",
+            expected=f"Input channels ({c}) and Filter.shape[0] ({o}) divisible by groups={groups}",
+            actual=f"Input.shape={x_shape}, Filter.shape={w_shape}",
+        )
     if c != cg * groups:
-        raise ShapeError(None, "Input channels do not match the Filter",
-                         expected=f"Input.shape[1] == Filter.shape[1] * groups "
-                         f"({cg} * {groups} = {cg * groups})",
-                         actual=f"Input.shape[1] = {c} (Input.shape={x_shape}, "
-                         f"Filter.shape={w_shape})")
+        raise ShapeError(
+            None,
+            "Input channels do not match the Filter",
+            expected=f"Input.shape[1] == Filter.shape[1] * groups "
+            f"({cg} * {groups} = {cg * groups})",
+            actual=f"Input.shape[1] = {c} (Input.shape={x_shape}, Filter.shape={w_shape})",
+        )
     top, bottom, left, right = four_paddings(attrs["paddings"])
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilations"]
     span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
     if span_h > h + top + bottom or span_w > w + left + right:
-        raise ShapeError(None, "kernel is larger than the padded input",
-                         expected=f"dilated kernel ({span_h}, {span_w}) <= padded input "
-                         f"({h + top + bottom}, {w + left + right})",
-                         actual=f"Input.shape={x_shape}, Filter.shape={w_shape}, "
-                         f"paddings={attrs['paddings']}, dilations={attrs['dilations']}")
+        raise ShapeError(
+            None,
+            "kernel is larger than the padded input",
+            expected=f"dilated kernel ({span_h}, {span_w}) <= padded input "
+            f"({h + top + bottom}, {w + left + right})",
+            actual=f"Input.shape={x_shape}, Filter.shape={w_shape}, "
+            f"paddings={attrs['paddings']}, dilations={attrs['dilations']}",
+        )
     return (n, o, output_size(h, top, bottom, kh, sh, dh), output_size(w, left, right, kw, sw, dw))
 
 
 def _require_floats(x, w, x_slot, w_slot):
     for var, slot in ((x, x_slot), (w, w_slot)):
         if var.dtype.kind != "f":
-            raise DTypeError(None, f"input {slot} must be floating point",
-                             expected="float16, float32 or float64", actual=str(var.dtype))
+            raise DTypeError(
+                None,
+                f"input {slot} must be floating point",
+                expected="float16, float32 or float64",
+                actual=str(var.dtype),
+            )
     if x.dtype != w.dtype:
-        raise DTypeError(None, f"inputs {x_slot} and {w_slot} must have the same dtype",
-                         expected=str(x.dtype), actual=f"{w_slot}.dtype == {w.dtype}")
+        raise DTypeError(
+            None,
+            f"inputs {x_slot} and {w_slot} must have the same dtype",
+            expected=str(x.dtype),
+            actual=f"{w_slot}.dtype == {w.dtype}",
+        )
 
 
 def _infer_conv2d(attrs, x, w):
@@ -99,7 +121,8 @@ def columns(xp, x, kh, kw, attrs):
         s_n, s_c, s_h, s_w = x.strides
         # Axes (N, C, kh, kw, OH, OW): kernel offsets step by the dilation, windows by stride.
         cols = xp.lib.stride_tricks.as_strided(
-            x, (n, c, kh, kw, oh, ow), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw))
+            x, (n, c, kh, kw, oh, ow), (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw)
+        )
     return cols.reshape(n, groups, c // groups * kh * kw, oh * ow)
 
 
@@ -122,13 +145,18 @@ def _padded_columns(xp, x, kernel, out, pads, attrs):
         for j in range(kernel[1]):
             q0, q1, src_q = _valid(ow, w, pads[1], j * dw, sw)
             if r1 > r0 and q1 > q0:
-                cols[:, :, i, j, r0:r1, q0:q1] = x[:, :, src_r:src_r + (r1 - r0 - 1) * sh + 1:sh,
-                                                   src_q:src_q + (q1 - q0 - 1) * sw + 1:sw]
+                cols[:, :, i, j, r0:r1, q0:q1] = x[
+                    :,
+                    :,
+                    src_r : src_r + (r1 - r0 - 1) * sh + 1 : sh,
+                    src_q : src_q + (q1 - q0 - 1) * sw + 1 : sw,
+                ]
     return cols
 
 
-@register("conv2d", inputs=("Input", "Filter"), outputs=("Output",), attrs=CONV_ATTRS,
-          infer=_infer_conv2d)
+@register(
+    "conv2d", inputs=("Input", "Filter"), outputs=("Output",), attrs=CONV_ATTRS, infer=_infer_conv2d
+)
 def conv2d(xp, attrs, x, w):
     """Output[n, o] = sum over c, i, j of Filter[o, c, i, j] * pad(Input)[n, g*C/g + c,
     oh*sh + i*dh, ow*sw + j*dw] for the group g of o (NCHW, cross-correlation as in PyTorch).
@@ -171,9 +199,12 @@ def _(g):
 def _check_gout(attrs, x_shape, w_shape, gout):
     expected = _conv_shape(attrs, x_shape, w_shape)
     if tuple(gout.shape) != expected:
-        raise ShapeError(None, "Output@GRAD does not have the convolution's output shape",
-                         expected=f"{expected} (Input.shape={x_shape}, Filter.shape={w_shape})",
-                         actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Output@GRAD does not have the convolution's output shape",
+            expected=f"{expected} (Input.shape={x_shape}, Filter.shape={w_shape})",
+            actual=str(gout.shape),
+        )
 
 
 def _infer_grad_input(attrs, w, gout):
@@ -185,9 +216,13 @@ def _infer_grad_input(attrs, w, gout):
 _SHAPE4 = dict(check=lambda v: len(v) == 4, rule="four ints")
 
 
-@register("conv2d_grad_input", inputs=("Filter", "Output@GRAD"), outputs=("Input@GRAD",),
-          attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True, **_SHAPE4)},
-          infer=_infer_grad_input)
+@register(
+    "conv2d_grad_input",
+    inputs=("Filter", "Output@GRAD"),
+    outputs=("Input@GRAD",),
+    attrs={**CONV_ATTRS, "input_shape": Attr("ints", required=True, **_SHAPE4)},
+    infer=_infer_grad_input,
+)
 def conv2d_grad_input(xp, attrs, w, gout):
     """Input@GRAD = the transposed convolution of Output@GRAD with Filter: the columns
     Filter^T @ Output@GRAD added back into the (padded) input positions they were read from.
@@ -211,8 +246,8 @@ def conv2d_grad_input(xp, attrs, w, gout):
         rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
         for j in range(kw):
             part = xp.matmul(taps[i, j], g4).reshape(n, c, oh, ow)
-            padded[:, :, rows, j * dw:j * dw + (ow - 1) * sw + 1:sw] += part
-    return padded[:, :, top:top + h, left:left + width]
+            padded[:, :, rows, j * dw : j * dw + (ow - 1) * sw + 1 : sw] += part
+    return padded[:, :, top : top + h, left : left + width]
 
 
 @conv2d_grad_input.gradient
@@ -234,9 +269,13 @@ def _infer_grad_filter(attrs, x, gout):
     return tuple(attrs["filter_shape"]), x.dtype
 
 
-@register("conv2d_grad_filter", inputs=("Input", "Output@GRAD"), outputs=("Filter@GRAD",),
-          attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True, **_SHAPE4)},
-          infer=_infer_grad_filter)
+@register(
+    "conv2d_grad_filter",
+    inputs=("Input", "Output@GRAD"),
+    outputs=("Filter@GRAD",),
+    attrs={**CONV_ATTRS, "filter_shape": Attr("ints", required=True, **_SHAPE4)},
+    infer=_infer_grad_filter,
+)
 def conv2d_grad_filter(xp, attrs, x, gout):
     """Filter@GRAD[o, c, i, j] = sum over n, oh, ow of Output@GRAD[n, o, oh, ow] times the
     input value Filter[o, c, i, j] multiplied in the forward (gout @ columns^T, per group).

@@ -28,14 +28,20 @@ def _aligned_shape(x, y, axis):
     if axis == -1:
         return y.shape
     if not 0 <= axis <= len(x.shape) - len(y.shape):
-        raise ShapeError(None, "attribute 'axis' does not place Y inside X",
-                         expected=f"0 <= axis <= X.ndim - Y.ndim = {len(x.shape) - len(y.shape)}",
-                         actual=f"axis={axis}, X.shape={x.shape}, Y.shape={y.shape}")
+        raise ShapeError(
+            None,
+            "attribute 'axis' does not place Y inside X",
+            expected=f"0 <= axis <= X.ndim - Y.ndim = {len(x.shape) - len(y.shape)}",
+            actual=f"axis={axis}, X.shape={x.shape}, Y.shape={y.shape}",
+        )
     for i, dim in enumerate(y.shape):
         if dim != 1 and dim != x.shape[axis + i]:
-            raise ShapeError(None, "Y does not match X's dimensions at 'axis'",
-                             expected=f"Y.shape == X.shape[{axis}:{axis + len(y.shape)}] "
-                             "(or 1s)", actual=f"X.shape={x.shape}, Y.shape={y.shape}")
+            raise ShapeError(
+                None,
+                "Y does not match X's dimensions at 'axis'",
+                expected=f"Y.shape == X.shape[{axis}:{axis + len(y.shape)}] (or 1s)",
+                actual=f"X.shape={x.shape}, Y.shape={y.shape}",
+            )
     return align_y(x.shape, y.shape, axis)
 
 
@@ -71,8 +77,9 @@ def _in_dtype(g, var):
     return apply(cast, (g,), {"out_dtype": var.dtype.name})
 
 
-_FACTS = dict(inputs=("X", "Y"), outputs=("Out",), attrs=_AXIS, infer=infer_binary,
-              elementwise=True)
+_FACTS = dict(
+    inputs=("X", "Y"), outputs=("Out",), attrs=_AXIS, infer=infer_binary, elementwise=True
+)
 
 
 @register("elementwise_add", no_need_buffer=("X", "Y"), **_FACTS)
@@ -122,8 +129,6 @@ def _(g):
     return gx, gy
 
 
-
-
 def _infer_div(attrs, x, y):
     """True division, as numpy: integers (and bools) divided by integers give float64."""
     shape, dtype = infer_binary(attrs, x, y)
@@ -166,8 +171,9 @@ def _(g):
     gx = gy = None
     if g.needs(0):
         y_minus_one = apply(elementwise_sub, (y, _one_like(y)), _NUMPY)
-        local = apply(elementwise_mul, (apply(elementwise_pow, (x, y_minus_one), g.attrs), y),
-                      g.attrs)
+        local = apply(
+            elementwise_mul, (apply(elementwise_pow, (x, y_minus_one), g.attrs), y), g.attrs
+        )
         gx = grad_x(apply(elementwise_mul, (gout, local), _NUMPY), x)
     if g.needs(1):
         local = apply(elementwise_mul, (out, _log_of_base(x, out)), _NUMPY)
@@ -204,8 +210,9 @@ def _share_of_x(x, y, attrs, x_wins):
     dtype = result_dtype(x, y).name
     wins = cast(apply(greater_than if x_wins else less_than, (x, y), attrs), out_dtype=dtype)
     ties = cast(apply(equal, (x, y), attrs), out_dtype=dtype)
-    return apply(elementwise_add, (wins, apply(elementwise_mul, (ties, constant(0.5, ties)),
-                                                _NUMPY)), _NUMPY)
+    return apply(
+        elementwise_add, (wins, apply(elementwise_mul, (ties, constant(0.5, ties)), _NUMPY)), _NUMPY
+    )
 
 
 def _select_grad(g, x_wins):

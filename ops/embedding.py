@@ -14,17 +14,28 @@ _PADDING = {"padding_idx": Attr("int", -1, check=lambda v: v >= -1, rule=">= -1 
 
 def _check_table(w, ids, padding_idx):
     if len(w.shape) != 2:
-        raise ShapeError(None, "input W must be a 2-D table (num_embeddings, embedding_dim)",
-                         actual=f"W.shape={w.shape}")
+        raise ShapeError(
+            None,
+            "input W must be a 2-D table (num_embeddings, embedding_dim)",
+            actual=f"W.shape={w.shape}",
+        )
     if w.dtype.kind not in "fc":
         raise DTypeError(None, "input W must be floating point", actual=str(w.dtype))
     if ids.dtype.kind not in "iu":
-        raise DTypeError(None, "input Ids must hold integer row indices",
-                         expected="an integer dtype", actual=str(ids.dtype))
+        raise DTypeError(
+            None,
+            "input Ids must hold integer row indices",
+            expected="an integer dtype",
+            actual=str(ids.dtype),
+        )
     rows = w.shape[0]
     if padding_idx >= rows:
-        raise ShapeError(None, f"padding_idx {padding_idx} is not a row of W",
-                         expected=f"-1 <= padding_idx < {rows}", actual=str(padding_idx))
+        raise ShapeError(
+            None,
+            f"padding_idx {padding_idx} is not a row of W",
+            expected=f"-1 <= padding_idx < {rows}",
+            actual=str(padding_idx),
+        )
     known = ids._value
     if known is not None and known.size:
         _check_ids(known, rows, IndexingError)
@@ -36,8 +47,9 @@ def _check_ids(ids, rows, error):
         bad = low if low < 0 else high
         message = f"id {bad} is outside the table's rows [0, {rows})"
         if error is IndexingError:
-            raise IndexingError(None, message, expected=f"0 <= Ids < {rows}",
-                                actual=f"Ids in [{low}, {high}]")
+            raise IndexingError(
+                None, message, expected=f"0 <= Ids < {rows}", actual=f"Ids in [{low}, {high}]"
+            )
         raise IndexError(message)
 
 
@@ -46,8 +58,9 @@ def _infer_lookup(attrs, w, ids):
     return tuple(ids.shape) + (w.shape[1],), w.dtype
 
 
-@register("lookup_table", inputs=("W", "Ids"), attrs=_PADDING, infer=_infer_lookup,
-          no_need_buffer=("W",))
+@register(
+    "lookup_table", inputs=("W", "Ids"), attrs=_PADDING, infer=_infer_lookup, no_need_buffer=("W",)
+)
 def lookup_table(xp, attrs, w, ids):
     """Out = W[Ids]: one row of W per id, Out.shape = Ids.shape + (embedding_dim,).
 
@@ -67,13 +80,23 @@ def _(g):
 
 def _infer_lookup_grad(attrs, w, ids, gout):
     if tuple(gout.shape) != tuple(ids.shape) + (w.shape[1],):
-        raise ShapeError(None, "Out@GRAD must have the lookup's output shape",
-                         expected=str(tuple(ids.shape) + (w.shape[1],)), actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Out@GRAD must have the lookup's output shape",
+            expected=str(tuple(ids.shape) + (w.shape[1],)),
+            actual=str(gout.shape),
+        )
     return w.shape, gout.dtype
 
 
-@register("lookup_table_grad", inputs=("W", "Ids", "Out@GRAD"), outputs=("W@GRAD",),
-          attrs=_PADDING, infer=_infer_lookup_grad, no_need_buffer=("W",))
+@register(
+    "lookup_table_grad",
+    inputs=("W", "Ids", "Out@GRAD"),
+    outputs=("W@GRAD",),
+    attrs=_PADDING,
+    infer=_infer_lookup_grad,
+    no_need_buffer=("W",),
+)
 def lookup_table_grad(xp, attrs, w, ids, gout):
     """W@GRAD = zeros of W's shape with row Ids[k] += Out@GRAD[k] (repeated ids accumulate),
     and the ``padding_idx`` row zero. W's values are not read.

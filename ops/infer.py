@@ -23,7 +23,8 @@ def broadcast_shapes(op, x_shape, y_shape, x_name="X", y_name="Y"):
         b = y_shape[i - n + ny] if i >= n - ny else 1
         if a != b and a != 1 and b != 1:
             raise ShapeError(
-                op, f"inputs {x_name} and {y_name} cannot be broadcast together",
+                op,
+                f"inputs {x_name} and {y_name} cannot be broadcast together",
                 expected="equal dimensions, or 1, aligned from the right",
                 actual=f"{x_name}.shape={x_shape}, {y_name}.shape={y_shape}",
             )
@@ -45,15 +46,23 @@ def same_as_input(attrs, x, *rest):
 
 def require_float(op, var, slot="X"):
     if var.dtype.kind not in "fc":
-        raise DTypeError(op, f"input {slot} must be floating point",
-                         expected="float16, float32 or float64", actual=str(var.dtype))
+        raise DTypeError(
+            op,
+            f"input {slot} must be floating point",
+            expected="float16, float32 or float64",
+            actual=str(var.dtype),
+        )
 
 
 def normalize_axis(op, axis, ndim, what="axis"):
     """``axis`` in [-ndim, ndim) -> [0, ndim), or a ShapeError."""
     if not -ndim <= axis < max(ndim, 1):
-        raise ShapeError(op, f"{what} {axis} is out of range",
-                         expected=f"-{ndim} <= {what} < {ndim}", actual=str(axis))
+        raise ShapeError(
+            op,
+            f"{what} {axis} is out of range",
+            expected=f"-{ndim} <= {what} < {ndim}",
+            actual=str(axis),
+        )
     return axis % max(ndim, 1)
 
 
@@ -86,14 +95,22 @@ def float_same(attrs, x, *rest):
 def real_float_same(attrs, x, *rest):
     """Output like X, which must be real floating point (for kernels that compare or clamp)."""
     if x.dtype.kind != "f":
-        raise DTypeError(None, "input X must be real floating point",
-                         expected="float16, float32 or float64", actual=str(x.dtype))
+        raise DTypeError(
+            None,
+            "input X must be real floating point",
+            expected="float16, float32 or float64",
+            actual=str(x.dtype),
+        )
     return x.shape, x.dtype
 
 
 def same_as_gradient(attrs, forward, gout):
     """For ``*_grad`` ops: X@GRAD is like Out@GRAD; the forward tensor read must match its shape."""
     if forward.shape != gout.shape:
-        raise ShapeError(None, "Out@GRAD must have the shape of the forward tensor",
-                         expected=str(forward.shape), actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Out@GRAD must have the shape of the forward tensor",
+            expected=str(forward.shape),
+            actual=str(gout.shape),
+        )
     return gout.shape, gout.dtype

@@ -22,15 +22,15 @@ def _same(attrs, x):
     return x.shape, x.dtype
 
 
-@register("feed", inputs=("X",), attrs={"name": Attr("str", "")}, infer=_same,
-          differentiable=False)
+@register("feed", inputs=("X",), attrs={"name": Attr("str", "")}, infer=_same, differentiable=False)
 def feed(xp, attrs, x):
     """Out = X (the same buffer): moves a fed array from holder X into the program. No gradient."""
     return x
 
 
-@register("fetch", inputs=("X",), attrs={"name": Attr("str", "")}, infer=_same,
-          differentiable=False)
+@register(
+    "fetch", inputs=("X",), attrs={"name": Attr("str", "")}, infer=_same, differentiable=False
+)
 def fetch(xp, attrs, x):
     """Out = a copy of X, so later in-place ops (optimizer updates) cannot change a fetched
     value. No gradient."""
@@ -38,24 +38,37 @@ def fetch(xp, attrs, x):
 
 
 def _names_ok(names):
-    return names is None or (isinstance(names, (list, tuple)) and
-                             all(isinstance(n, str) and n for n in names))
+    return names is None or (
+        isinstance(names, (list, tuple)) and all(isinstance(n, str) and n for n in names)
+    )
 
 
 def _infer_save(attrs, xs):
     names = attrs["names"]
     if names is not None and len(names) != len(xs):
-        raise AttrError(None, "attribute 'names' must name every input",
-                        expected=f"{len(xs)} names", actual=f"{len(names)} names")
+        raise AttrError(
+            None,
+            "attribute 'names' must name every input",
+            expected=f"{len(xs)} names",
+            actual=f"{len(names)} names",
+        )
     if names is not None and len(set(names)) != len(names):
         raise AttrError(None, "attribute 'names' repeats a name", actual=repr(tuple(names)))
     return ()
 
 
-@register("save", inputs=("X*",), outputs=(), attrs={
-    "path": Attr("str", required=True),
-    "names": Attr("any", None, check=_names_ok, rule="None or a list of non-empty strings"),
-}, infer=_infer_save, differentiable=False, side_effect=True)
+@register(
+    "save",
+    inputs=("X*",),
+    outputs=(),
+    attrs={
+        "path": Attr("str", required=True),
+        "names": Attr("any", None, check=_names_ok, rule="None or a list of non-empty strings"),
+    },
+    infer=_infer_save,
+    differentiable=False,
+    side_effect=True,
+)
 def save(xp, attrs, xs):
     """Writes X[i] to the .npz file ``path`` under ``names[i]`` (default "0", "1", ...).
 

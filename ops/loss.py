@@ -41,28 +41,47 @@ def _infer_swce(attrs, logits, label):
     require_float(None, logits, "Logits")
     shape = tuple(logits.shape)
     axis = normalize_axis(None, attrs["axis"], len(shape))
-    loss_shape = shape[:axis] + (1,) + shape[axis + 1:]
+    loss_shape = shape[:axis] + (1,) + shape[axis + 1 :]
     if shape[axis] == 0:
-        raise ShapeError(None, "Logits has no classes", expected=f"Logits.shape[{axis}] >= 1",
-                         actual=f"Logits.shape={shape}")
+        raise ShapeError(
+            None,
+            "Logits has no classes",
+            expected=f"Logits.shape[{axis}] >= 1",
+            actual=f"Logits.shape={shape}",
+        )
     if attrs["soft_label"]:
         if label.dtype != logits.dtype:
-            raise DTypeError(None, "soft labels must have Logits' dtype",
-                             expected=str(logits.dtype), actual=str(label.dtype))
+            raise DTypeError(
+                None,
+                "soft labels must have Logits' dtype",
+                expected=str(logits.dtype),
+                actual=str(label.dtype),
+            )
         if tuple(label.shape) != shape:
-            raise ShapeError(None, "soft labels must have Logits' shape",
-                             expected=str(shape), actual=f"Label.shape={label.shape}")
+            raise ShapeError(
+                None,
+                "soft labels must have Logits' shape",
+                expected=str(shape),
+                actual=f"Label.shape={label.shape}",
+            )
     else:
         if label.dtype.kind not in "iu":
-            raise DTypeError(None, "Label must hold integer class indices",
-                             expected="an integer dtype", actual=str(label.dtype),
-                             hint="pass soft_label=True for probabilities")
-        dropped = shape[:axis] + shape[axis + 1:]
+            raise DTypeError(
+                None,
+                "Label must hold integer class indices",
+                expected="an integer dtype",
+                actual=str(label.dtype),
+                hint="pass soft_label=True for probabilities",
+            )
+        dropped = shape[:axis] + shape[axis + 1 :]
         if tuple(label.shape) not in (loss_shape, dropped):
-            raise ShapeError(None, "Label does not match Logits",
-                             expected=f"Label.shape == {loss_shape} or {dropped} "
-                             f"(Logits.shape={shape}, axis={attrs['axis']})",
-                             actual=f"Label.shape={label.shape}")
+            raise ShapeError(
+                None,
+                "Label does not match Logits",
+                expected=f"Label.shape == {loss_shape} or {dropped} "
+                f"(Logits.shape={shape}, axis={attrs['axis']})",
+                actual=f"Label.shape={label.shape}",
+            )
     return (shape, logits.dtype), (loss_shape, logits.dtype)
 
 
@@ -81,9 +100,14 @@ def _class_index(xp, label, attrs, logits_shape):
     return label, ignored
 
 
-@register("softmax_with_cross_entropy", inputs=("Logits", "Label"),
-          outputs=("Softmax", "Loss"), attrs=_SWCE_ATTRS, infer=_infer_swce,
-          returns=lambda results: SoftmaxCrossEntropy(*results))
+@register(
+    "softmax_with_cross_entropy",
+    inputs=("Logits", "Label"),
+    outputs=("Softmax", "Loss"),
+    attrs=_SWCE_ATTRS,
+    infer=_infer_swce,
+    returns=lambda results: SoftmaxCrossEntropy(*results),
+)
 def softmax_with_cross_entropy(xp, attrs, logits, label):
     """Softmax = softmax(Logits) along ``axis``; Loss = -log(Softmax[Label]) with a size-1 class
     axis (Paddle's layout). Label holds class indices, with or without that size-1 axis; entries
@@ -140,13 +164,21 @@ def _(g):
 def _infer_swce_grad(attrs, label, prob, gloss):
     (shape, dtype), (loss_shape, _) = _infer_swce(attrs, prob, label)
     if tuple(gloss.shape) != loss_shape:
-        raise ShapeError(None, "Loss@GRAD must have Loss's shape", expected=str(loss_shape),
-                         actual=str(gloss.shape))
+        raise ShapeError(
+            None,
+            "Loss@GRAD must have Loss's shape",
+            expected=str(loss_shape),
+            actual=str(gloss.shape),
+        )
     return shape, dtype
 
 
-@register("softmax_with_cross_entropy_grad", inputs=("Label", "Softmax", "Loss@GRAD"),
-          attrs=_SWCE_ATTRS, infer=_infer_swce_grad)
+@register(
+    "softmax_with_cross_entropy_grad",
+    inputs=("Label", "Softmax", "Loss@GRAD"),
+    attrs=_SWCE_ATTRS,
+    infer=_infer_swce_grad,
+)
 def softmax_with_cross_entropy_grad(xp, attrs, label, prob, gloss):
     """Out (dLogits) = (Softmax - onehot(Label)) * G, zero where Label == ignore_index;
     soft labels: (sum(Label) * Softmax - Label) * G, with G = Loss@GRAD (size-1 class axis).
@@ -180,8 +212,10 @@ def _(g):
         d_label = _mul(gloss, _sub(_sum_keep(_mul(hess, prob), axis), hess))
     if g.needs(1):
         zeros = apply(REGISTRY["fill_zeros_like"], (hess,), {})
-        d_prob = _sub(apply(grad_op, (label, hess, gloss), g.attrs),
-                      apply(grad_op, (label, zeros, gloss), g.attrs))
+        d_prob = _sub(
+            apply(grad_op, (label, hess, gloss), g.attrs),
+            apply(grad_op, (label, zeros, gloss), g.attrs),
+        )
     if g.needs(2):
         ones = apply(REGISTRY["fill_ones_like"], (gloss,), {})
         d_gloss = _sum_keep(_mul(hess, apply(grad_op, (label, prob, ones), g.attrs)), axis)
@@ -196,8 +230,12 @@ _SCE_ATTRS = {"ignore_index": Attr("int", -100), "normalize": Attr("bool", False
 def _infer_sce(attrs, x, label, *rest):
     require_float(None, x, "X")
     if tuple(label.shape) != tuple(x.shape) or label.dtype != x.dtype:
-        raise ShapeError(None, "Label must have X's shape and dtype",
-                         expected=f"{x.shape} {x.dtype}", actual=f"{label.shape} {label.dtype}")
+        raise ShapeError(
+            None,
+            "Label must have X's shape and dtype",
+            expected=f"{x.shape} {x.dtype}",
+            actual=f"{label.shape} {label.dtype}",
+        )
     return x.shape, x.dtype
 
 
@@ -212,8 +250,9 @@ def _scale_kept(xp, out, label, attrs):
     return out
 
 
-@register("sigmoid_cross_entropy_with_logits", inputs=("X", "Label"), attrs=_SCE_ATTRS,
-          infer=_infer_sce)
+@register(
+    "sigmoid_cross_entropy_with_logits", inputs=("X", "Label"), attrs=_SCE_ATTRS, infer=_infer_sce
+)
 def sigmoid_cross_entropy_with_logits(xp, attrs, x, label):
     """Out = max(X, 0) - X * Label + log(1 + exp(-|X|)) elementwise (stable binary cross-entropy
     of sigmoid(X) against probabilities Label); 0 where Label == ignore_index, and divided by
@@ -252,8 +291,12 @@ def _(g):
     return gx, glabel
 
 
-@register("sigmoid_cross_entropy_with_logits_grad", inputs=("X", "Label", "Out@GRAD"),
-          attrs=_SCE_ATTRS, infer=_infer_sce)
+@register(
+    "sigmoid_cross_entropy_with_logits_grad",
+    inputs=("X", "Label", "Out@GRAD"),
+    attrs=_SCE_ATTRS,
+    infer=_infer_sce,
+)
 def sigmoid_cross_entropy_with_logits_grad(xp, attrs, x, label, gout):
     """Out (dX) = (sigmoid(X) - Label) * G * s, with G = Out@GRAD and s the ignore/normalize
     scale of the forward op.
@@ -297,9 +340,14 @@ def _infer_mse(attrs, x, y):
     return (shape if attrs["reduction"] == "none" else ()), result_dtype(x, y)
 
 
-@register("mse", inputs=("X", "Y"), attrs={
-    "reduction": Attr("str", "mean", choices=_REDUCTIONS),
-}, infer=_infer_mse)
+@register(
+    "mse",
+    inputs=("X", "Y"),
+    attrs={
+        "reduction": Attr("str", "mean", choices=_REDUCTIONS),
+    },
+    infer=_infer_mse,
+)
 def mse(xp, attrs, x, y):
     """Out = (X - Y)**2, then its mean (``reduction="mean"``), sum ("sum") or nothing ("none"),
     as PyTorch's MSELoss; X and Y broadcast.

@@ -48,23 +48,33 @@ def _flat2d(shape, num_col_dims):
 def _infer_mul(attrs, x, y):
     xn, yn = attrs["x_num_col_dims"], attrs["y_num_col_dims"]
     if not 1 <= xn < max(len(x.shape), 2) or not 1 <= yn < max(len(y.shape), 2):
-        raise ShapeError(None, "num_col_dims out of range",
-                         expected="1 <= x_num_col_dims < X.ndim and 1 <= y_num_col_dims < Y.ndim",
-                         actual=f"x_num_col_dims={xn}, y_num_col_dims={yn}, "
-                         f"X.shape={x.shape}, Y.shape={y.shape}")
+        raise ShapeError(
+            None,
+            "num_col_dims out of range",
+            expected="1 <= x_num_col_dims < X.ndim and 1 <= y_num_col_dims < Y.ndim",
+            actual=f"x_num_col_dims={xn}, y_num_col_dims={yn}, "
+            f"X.shape={x.shape}, Y.shape={y.shape}",
+        )
     (_, xk), (yk, _) = _flat2d(x.shape, xn), _flat2d(y.shape, yn)
     if xk != yk:
-        raise ShapeError(None, "inner dimensions differ",
-                         expected="prod(X.shape[x_num_col_dims:]) == "
-                         "prod(Y.shape[:y_num_col_dims])",
-                         actual=f"{xk} != {yk} (X.shape={x.shape}, Y.shape={y.shape})")
+        raise ShapeError(
+            None,
+            "inner dimensions differ",
+            expected="prod(X.shape[x_num_col_dims:]) == prod(Y.shape[:y_num_col_dims])",
+            actual=f"{xk} != {yk} (X.shape={x.shape}, Y.shape={y.shape})",
+        )
     return tuple(x.shape[:xn]) + tuple(y.shape[yn:]), result_dtype(x, y)
 
 
-@register("mul", inputs=("X", "Y"), attrs={
-    "x_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
-    "y_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
-}, infer=_infer_mul)
+@register(
+    "mul",
+    inputs=("X", "Y"),
+    attrs={
+        "x_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
+        "y_num_col_dims": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
+    },
+    infer=_infer_mul,
+)
 def mul(xp, attrs, x, y):
     """Out = flatten(X) @ flatten(Y), X flattened to 2-D at ``x_num_col_dims`` (Y likewise).
 
@@ -106,8 +116,11 @@ _TN = {"transpose_x": True, "transpose_y": False}
 def _infer_matmul(attrs, x, y):
     xs, ys = list(x.shape), list(y.shape)
     if not xs or not ys:
-        raise ShapeError(None, "inputs must have at least one dimension",
-                         actual=f"X.shape={x.shape}, Y.shape={y.shape}")
+        raise ShapeError(
+            None,
+            "inputs must have at least one dimension",
+            actual=f"X.shape={x.shape}, Y.shape={y.shape}",
+        )
     if attrs["transpose_x"] and len(xs) >= 2:
         xs[-1], xs[-2] = xs[-2], xs[-1]
     if attrs["transpose_y"] and len(ys) >= 2:
@@ -116,9 +129,12 @@ def _infer_matmul(attrs, x, y):
     xs = [1] + xs if x_vec else xs
     ys = ys + [1] if y_vec else ys
     if xs[-1] != ys[-2]:
-        raise ShapeError(None, "inner dimensions differ",
-                         expected="X.shape[-1] == Y.shape[-2] (after transpose flags)",
-                         actual=f"{xs[-1]} != {ys[-2]} (X.shape={x.shape}, Y.shape={y.shape})")
+        raise ShapeError(
+            None,
+            "inner dimensions differ",
+            expected="X.shape[-1] == Y.shape[-2] (after transpose flags)",
+            actual=f"{xs[-1]} != {ys[-2]} (X.shape={x.shape}, Y.shape={y.shape})",
+        )
     batch = broadcast_shapes(None, tuple(xs[:-2]), tuple(ys[:-2]))
     shape = batch + ((xs[-2],) if not x_vec else ()) + ((ys[-1],) if not y_vec else ())
     return shape, result_dtype(x, y)
@@ -128,10 +144,15 @@ def _t(a):
     return a.swapaxes(-1, -2) if a.ndim >= 2 else a
 
 
-@register("matmul", inputs=("X", "Y"), attrs={
-    "transpose_x": Attr("bool", False),
-    "transpose_y": Attr("bool", False),
-}, infer=_infer_matmul)
+@register(
+    "matmul",
+    inputs=("X", "Y"),
+    attrs={
+        "transpose_x": Attr("bool", False),
+        "transpose_y": Attr("bool", False),
+    },
+    infer=_infer_matmul,
+)
 def matmul(xp, attrs, x, y):
     """Out = op(X) @ op(Y), op transposing the last two axes when its flag is set; batch axes
     broadcast and 1-D inputs act as vectors, as in numpy.matmul.
@@ -165,13 +186,19 @@ def _(g):
     gx = gy = None
     if g.needs(0):
         # d op(X) = dOut @ op(Y)^T; dX is its transpose when transpose_x.
-        gx = apply(matmul, (ym, gm), {"transpose_x": ty, "transpose_y": True}) if tx else \
-            apply(matmul, (gm, ym), {"transpose_x": False, "transpose_y": not ty})
+        gx = (
+            apply(matmul, (ym, gm), {"transpose_x": ty, "transpose_y": True})
+            if tx
+            else apply(matmul, (gm, ym), {"transpose_x": False, "transpose_y": not ty})
+        )
         gx = sum_to(gx, xm.shape)
         gx = reshape(gx, shape=x.shape) if x_vec else gx
     if g.needs(1):
-        gy = apply(matmul, (gm, xm), {"transpose_x": True, "transpose_y": tx}) if ty else \
-            apply(matmul, (xm, gm), {"transpose_x": not tx, "transpose_y": False})
+        gy = (
+            apply(matmul, (gm, xm), {"transpose_x": True, "transpose_y": tx})
+            if ty
+            else apply(matmul, (xm, gm), {"transpose_x": not tx, "transpose_y": False})
+        )
         gy = sum_to(gy, ym.shape)
         gy = reshape(gy, shape=y.shape) if y_vec else gy
     return gx, gy

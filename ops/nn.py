@@ -29,8 +29,9 @@ def _infer_float_axis(attrs, x, *rest):
 
 def _infer_axis_grad(attrs, out, gout):
     if out.shape != gout.shape:
-        raise ShapeError(None, "Out@GRAD must have Out's shape", expected=str(out.shape),
-                         actual=str(gout.shape))
+        raise ShapeError(
+            None, "Out@GRAD must have Out's shape", expected=str(out.shape), actual=str(gout.shape)
+        )
     return _infer_float_axis(attrs, gout)
 
 
@@ -83,8 +84,7 @@ def _(g):
     return d_out, d_gout
 
 
-@register("log_softmax", inputs=("X",), attrs=_AXIS, infer=_infer_float_axis,
-          no_need_buffer=("X",))
+@register("log_softmax", inputs=("X",), attrs=_AXIS, infer=_infer_float_axis, no_need_buffer=("X",))
 def log_softmax(xp, attrs, x):
     """Out = X - max - log(sum(exp(X - max))) along ``axis``.
 
@@ -128,15 +128,25 @@ def _(g):
 
 def _infer_one_hot(attrs, x):
     if x.dtype.kind not in "iu":
-        raise DTypeError(None, "input X must hold integer class indices",
-                         expected="an integer dtype", actual=str(x.dtype))
+        raise DTypeError(
+            None,
+            "input X must hold integer class indices",
+            expected="an integer dtype",
+            actual=str(x.dtype),
+        )
     return tuple(x.shape) + (attrs["depth"],), np.dtype(attrs["dtype"])
 
 
-@register("one_hot", inputs=("X",), attrs={
-    "depth": Attr("int", required=True, check=lambda v: v >= 1, rule=">= 1"),
-    "dtype": Attr("dtype", "float32"),
-}, infer=_infer_one_hot, differentiable=False)
+@register(
+    "one_hot",
+    inputs=("X",),
+    attrs={
+        "depth": Attr("int", required=True, check=lambda v: v >= 1, rule=">= 1"),
+        "dtype": Attr("dtype", "float32"),
+    },
+    infer=_infer_one_hot,
+    differentiable=False,
+)
 def one_hot(xp, attrs, x):
     """Out[..., k] = 1 where X[...] == k, else 0; a new last axis of size ``depth`` (as PyTorch's
     one_hot and Paddle's one_hot_v2). Indices outside [0, depth) are an error. Not differentiable.
@@ -153,4 +163,3 @@ def check_classes(xp, index, classes):
     if index.size and (int(index.min()) < 0 or int(index.max()) >= classes):
         bad = index[(index < 0) | (index >= classes)].reshape(-1)[0]
         raise ValueError(f"class index {int(bad)} is outside [0, {classes})")
-

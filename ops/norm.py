@@ -39,26 +39,42 @@ def _infer_bn(attrs, x, scale, bias, mean, variance):
     vectors = (("Scale", scale), ("Bias", bias), ("Mean", mean), ("Variance", variance))
     same_float(vectors, x)
     if len(x.shape) < 2:
-        raise ShapeError(None, "input X needs a channel axis", expected="X (N, C, ...)",
-                         actual=f"X.shape={x.shape}")
+        raise ShapeError(
+            None,
+            "input X needs a channel axis",
+            expected="X (N, C, ...)",
+            actual=f"X.shape={x.shape}",
+        )
     _, channel, _, count = bn_axes(x.shape, attrs["data_layout"])
     channels = x.shape[channel]
     for slot, var in vectors:
         if tuple(var.shape) != (channels,):
-            raise ShapeError(None, f"{slot} must hold one value per channel",
-                             expected=f"{slot}.shape == ({channels},) (X.shape={x.shape}, "
-                             f"{attrs['data_layout']})", actual=f"{slot}.shape={var.shape}")
+            raise ShapeError(
+                None,
+                f"{slot} must hold one value per channel",
+                expected=f"{slot}.shape == ({channels},) (X.shape={x.shape}, "
+                f"{attrs['data_layout']})",
+                actual=f"{slot}.shape={var.shape}",
+            )
     if not attrs["is_test"] and count < 2:
-        raise ShapeError(None, "training needs more than one value per channel",
-                         expected="N * H * W > 1 (set is_test=True to use running statistics)",
-                         actual=f"X.shape={x.shape}")
+        raise ShapeError(
+            None,
+            "training needs more than one value per channel",
+            expected="N * H * W > 1 (set is_test=True to use running statistics)",
+            actual=f"X.shape={x.shape}",
+        )
     vector = ((channels,), x.dtype)
     return (tuple(x.shape), x.dtype), vector, vector, vector, vector
 
 
-@register("batch_norm", inputs=("X", "Scale", "Bias", "Mean", "Variance"),
-          outputs=("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"), attrs=BN_ATTRS,
-          infer=_infer_bn, inplace={"MeanOut": "Mean", "VarianceOut": "Variance"})
+@register(
+    "batch_norm",
+    inputs=("X", "Scale", "Bias", "Mean", "Variance"),
+    outputs=("Y", "MeanOut", "VarianceOut", "SavedMean", "SavedVariance"),
+    attrs=BN_ATTRS,
+    infer=_infer_bn,
+    inplace={"MeanOut": "Mean", "VarianceOut": "Variance"},
+)
 def batch_norm(xp, attrs, x, scale, bias, mean, variance):
     """Y = (X - mu) * r * Scale + Bias per channel (axis 1, or last for NHWC), r = 1/sqrt(var +
     epsilon). Training: mu, var are the batch's (biased) statistics over all other axes, and the
@@ -96,9 +112,11 @@ def _(g):
     gy = g.gouts[0]
     gx = gscale = gbias = None
     if gy is not None and (g.needs(0) or g.needs(1) or g.needs(2)):
-        gx, gscale, gbias = apply(batch_norm_grad, (x, scale, saved_mean, inv_std, gy),
-                                  {"is_test": g.attrs["is_test"],
-                                   "data_layout": g.attrs["data_layout"]})
+        gx, gscale, gbias = apply(
+            batch_norm_grad,
+            (x, scale, saved_mean, inv_std, gy),
+            {"is_test": g.attrs["is_test"], "data_layout": g.attrs["data_layout"]},
+        )
     if g.attrs["is_test"]:
         return (gx, gscale, gbias) + _bn_running_grads_test(g)
     if g.needs(0):
@@ -121,10 +139,13 @@ def _bn_statistics_grad(g):
     g_mu = add_terms(g_mu, None if g_mean_out is None else g_mean_out * momentum)
     g_var = add_terms(
         None if g_var_out is None else g_var_out * (momentum * count / (count - 1)),
-        None if g_inv_std is None else g_inv_std * inv_std ** 3 * -0.5)
+        None if g_inv_std is None else g_inv_std * inv_std**3 * -0.5,
+    )
     centered = None if g_var is None else x - shaped(saved_mean, bshape)
-    return add_terms(None if g_mu is None else shaped(g_mu, bshape) * (1.0 / count),
-                     None if g_var is None else centered * shaped(g_var, bshape) * (2.0 / count))
+    return add_terms(
+        None if g_mu is None else shaped(g_mu, bshape) * (1.0 / count),
+        None if g_var is None else centered * shaped(g_var, bshape) * (2.0 / count),
+    )
 
 
 def _bn_running_grads_test(g):
@@ -139,10 +160,13 @@ def _bn_running_grads_test(g):
         from_y = None if gy is None else -shaped(rsum(gy, axes), scale.shape) * scale * inv_std
         g_mean = add_terms(g_mean_out, g_mu, from_y)
     if g.needs(4):
-        from_y = None if gy is None else shaped(
-            rsum(gy * (x - shaped(saved_mean, bshape)), axes), scale.shape) * scale
+        from_y = (
+            None
+            if gy is None
+            else shaped(rsum(gy * (x - shaped(saved_mean, bshape)), axes), scale.shape) * scale
+        )
         g_r = add_terms(g_inv_std, from_y)
-        g_var = add_terms(g_var_out, None if g_r is None else g_r * inv_std ** 3 * -0.5)
+        g_var = add_terms(g_var_out, None if g_r is None else g_r * inv_std**3 * -0.5)
     return g_mean, g_var
 
 
@@ -154,8 +178,13 @@ def _infer_ln(attrs, x, scale, bias):
     return (tuple(x.shape), x.dtype), ((rows,), x.dtype), ((rows,), x.dtype)
 
 
-@register("layer_norm", inputs=("X", "Scale?", "Bias?"), outputs=("Y", "Mean", "Variance"),
-          attrs=LN_ATTRS, infer=_infer_ln)
+@register(
+    "layer_norm",
+    inputs=("X", "Scale?", "Bias?"),
+    outputs=("Y", "Mean", "Variance"),
+    attrs=LN_ATTRS,
+    infer=_infer_ln,
+)
 def layer_norm(xp, attrs, x, scale, bias):
     """Each row X[i] = X.reshape(rows, -1)[i] (dims from ``begin_norm_axis`` on, Paddle) is
     normalised: Y = (X - Mean) / sqrt(Variance + epsilon) * Scale + Bias, Mean and the biased
@@ -197,7 +226,10 @@ def _(g):
         begin, _, size = ln_split(x.shape, g.attrs)
         row_shape, _ = ln_shapes(x, begin)
         from_mean = None if g_mean is None else shaped(g_mean, row_shape) * (1.0 / size)
-        from_var = None if g_var is None else (x - shaped(mean, row_shape)) * shaped(
-            g_var, row_shape) * (2.0 / size)
+        from_var = (
+            None
+            if g_var is None
+            else (x - shaped(mean, row_shape)) * shaped(g_var, row_shape) * (2.0 / size)
+        )
         gx = add_terms(gx, from_mean, from_var)
     return gx, gscale, gbias

@@ -32,12 +32,20 @@ def bn_axes(shape, layout):
 def same_float(op_slots, x):
     """X is floating point and every given (slot, Variable) has its dtype."""
     if x.dtype.kind != "f":
-        raise DTypeError(None, "input X must be floating point",
-                         expected="float16, float32 or float64", actual=str(x.dtype))
+        raise DTypeError(
+            None,
+            "input X must be floating point",
+            expected="float16, float32 or float64",
+            actual=str(x.dtype),
+        )
     for slot, var in op_slots:
         if var is not None and var.dtype != x.dtype:
-            raise DTypeError(None, f"input {slot} must have X's dtype", expected=str(x.dtype),
-                             actual=f"{slot}.dtype == {var.dtype}")
+            raise DTypeError(
+                None,
+                f"input {slot} must have X's dtype",
+                expected=str(x.dtype),
+                actual=f"{slot}.dtype == {var.dtype}",
+            )
 
 
 def add_terms(*terms):
@@ -60,6 +68,7 @@ def shaped(v, shape):
         return v
     return apply(reshape, (v,), {"shape": tuple(shape)})
 
+
 def ln_split(shape, attrs):
     """(begin axis, rows = prod(shape[:begin]), values per row = prod(shape[begin:]))."""
     begin = normalize_axis(None, attrs["begin_norm_axis"], len(shape), "begin_norm_axis")
@@ -68,10 +77,13 @@ def ln_split(shape, attrs):
 
 def check_affine(x, slot, var, begin, size):
     if var is not None and tuple(var.shape) not in (tuple(x.shape[begin:]), (size,)):
-        raise ShapeError(None, f"{slot} must match the normalised dimensions",
-                         expected=f"{slot}.shape == {tuple(x.shape[begin:])} or ({size},) "
-                         f"(X.shape={x.shape}, begin_norm_axis={begin})",
-                         actual=f"{slot}.shape={var.shape}")
+        raise ShapeError(
+            None,
+            f"{slot} must match the normalised dimensions",
+            expected=f"{slot}.shape == {tuple(x.shape[begin:])} or ({size},) "
+            f"(X.shape={x.shape}, begin_norm_axis={begin})",
+            actual=f"{slot}.shape={var.shape}",
+        )
 
 
 def ln_shapes(x, begin):
@@ -81,23 +93,33 @@ def ln_shapes(x, begin):
 
 
 def _infer_bn_grad(attrs, x, scale, saved_mean, inv_std, gy):
-    same_float((("Scale", scale), ("SavedMean", saved_mean), ("SavedVariance", inv_std),
-                 ("Y@GRAD", gy)), x)
+    same_float(
+        (("Scale", scale), ("SavedMean", saved_mean), ("SavedVariance", inv_std), ("Y@GRAD", gy)), x
+    )
     _, channel, _, _ = bn_axes(x.shape, attrs["data_layout"])
     for slot, var in (("Scale", scale), ("SavedMean", saved_mean), ("SavedVariance", inv_std)):
         if tuple(var.shape) != (x.shape[channel],):
-            raise ShapeError(None, f"{slot} must hold one value per channel",
-                             expected=f"({x.shape[channel]},)", actual=str(var.shape))
+            raise ShapeError(
+                None,
+                f"{slot} must hold one value per channel",
+                expected=f"({x.shape[channel]},)",
+                actual=str(var.shape),
+            )
     if tuple(gy.shape) != tuple(x.shape):
-        raise ShapeError(None, "Y@GRAD must have X's shape", expected=str(x.shape),
-                         actual=str(gy.shape))
+        raise ShapeError(
+            None, "Y@GRAD must have X's shape", expected=str(x.shape), actual=str(gy.shape)
+        )
     vector = ((x.shape[channel],), x.dtype)
     return (tuple(x.shape), x.dtype), vector, vector
 
 
-@register("batch_norm_grad", inputs=("X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"),
-          outputs=("X@GRAD", "Scale@GRAD", "Bias@GRAD"),
-          attrs={"is_test": Attr("bool", False), "data_layout": LAYOUT}, infer=_infer_bn_grad)
+@register(
+    "batch_norm_grad",
+    inputs=("X", "Scale", "SavedMean", "SavedVariance", "Y@GRAD"),
+    outputs=("X@GRAD", "Scale@GRAD", "Bias@GRAD"),
+    attrs={"is_test": Attr("bool", False), "data_layout": LAYOUT},
+    infer=_infer_bn_grad,
+)
 def batch_norm_grad(xp, attrs, x, scale, mu, inv_std, gy):
     """With xhat = (X - SavedMean) * r (r = SavedVariance, the inverse std) over the m values of
     each channel: Bias@GRAD = sum(dY), Scale@GRAD = sum(dY * xhat), and X@GRAD =
@@ -125,8 +147,16 @@ def _(g):
     gg_x, gg_scale, gg_bias = g.gouts
     upstream = (gg_x, shaped(gg_scale, bshape), shaped(gg_bias, bshape))
     gx, gscale_full, gmu, ginv_std, ggy = _grad_of_grad(
-        x, shaped(scale, bshape), shaped(mu, bshape), shaped(inv_std, bshape), gy, upstream, axes,
-        count, not g.attrs["is_test"])
+        x,
+        shaped(scale, bshape),
+        shaped(mu, bshape),
+        shaped(inv_std, bshape),
+        gy,
+        upstream,
+        axes,
+        count,
+        not g.attrs["is_test"],
+    )
     gscale = None if gscale_full is None else shaped(sum_to(gscale_full, bshape), scale.shape)
     return gx, gscale, shaped(gmu, mu.shape), shaped(ginv_std, inv_std.shape), ggy
 
@@ -150,8 +180,11 @@ def _grad_of_grad(x, scale, mu, inv_std, gy, upstream, axes, count, train):
             g_x_sum, g_x_u = rsum(g_x, axes), rsum(g_x * u, axes)
             inner = inner - (inv_std * (1.0 / count)) * (g_x_sum + inv_std * inv_std * g_x_u * u)
     scaled_up = None if g_scale is None else g_scale * inv_std
-    d_gy = add_terms(inner if scale is None or inner is None else inner * scale,
-                     None if scaled_up is None else scaled_up * u, g_bias)
+    d_gy = add_terms(
+        inner if scale is None or inner is None else inner * scale,
+        None if scaled_up is None else scaled_up * u,
+        g_bias,
+    )
     d_scale = None if inner is None or scale is None else inner * gy
     d_u = None if scaled_up is None else scaled_up * gy
     d_r = None
@@ -162,7 +195,8 @@ def _grad_of_grad(x, scale, mu, inv_std, gy, upstream, axes, count, train):
             r3_m = inv_std * inv_std * inv_std * (1.0 / count)
             d_u = add_terms(d_u, -(r3_m * (g_x * s_u + g_x_u * s)))
             d_r = d_r - (g_x_sum * rsum(s, axes) + inv_std * inv_std * g_x_u * s_u * 3.0) * (
-                1.0 / count)
+                1.0 / count
+            )
     if g_scale is not None:
         d_r = add_terms(d_r, rsum(g_scale * u * gy, axes))
     d_mu = None if d_u is None else -rsum(d_u, axes)
@@ -175,17 +209,27 @@ def _infer_ln_grad(attrs, x, scale, mean, var, gy):
     check_affine(x, "Scale", scale, begin, size)
     for slot, v in (("Mean", mean), ("Variance", var)):
         if tuple(v.shape) != (rows,):
-            raise ShapeError(None, f"{slot} must hold one value per row", expected=f"({rows},)",
-                             actual=str(v.shape))
+            raise ShapeError(
+                None,
+                f"{slot} must hold one value per row",
+                expected=f"({rows},)",
+                actual=str(v.shape),
+            )
     if tuple(gy.shape) != tuple(x.shape):
-        raise ShapeError(None, "Y@GRAD must have X's shape", expected=str(x.shape),
-                         actual=str(gy.shape))
+        raise ShapeError(
+            None, "Y@GRAD must have X's shape", expected=str(x.shape), actual=str(gy.shape)
+        )
     affine = (tuple(x.shape[begin:]), x.dtype)
     return (tuple(x.shape), x.dtype), affine, affine
 
 
-@register("layer_norm_grad", inputs=("X", "Scale?", "Mean", "Variance", "Y@GRAD"),
-          outputs=("X@GRAD", "Scale@GRAD", "Bias@GRAD"), attrs=LN_ATTRS, infer=_infer_ln_grad)
+@register(
+    "layer_norm_grad",
+    inputs=("X", "Scale?", "Mean", "Variance", "Y@GRAD"),
+    outputs=("X@GRAD", "Scale@GRAD", "Bias@GRAD"),
+    attrs=LN_ATTRS,
+    infer=_infer_ln_grad,
+)
 def layer_norm_grad(xp, attrs, x, scale, mean, var, gy):
     """Per row, with r = 1/sqrt(Variance + epsilon), xhat = (X - Mean) * r, s = dY * Scale:
     X@GRAD = r * (s - mean(s) - xhat * mean(s * xhat)); Scale@GRAD = sum over rows of dY * xhat
@@ -214,10 +258,18 @@ def _(g):
     inv_std = (shaped(var, row_shape) + g.attrs["epsilon"]) ** -0.5
     axes = tuple(range(begin, len(x.shape)))
     gx, gscale_full, gmu, ginv_std, ggy = _grad_of_grad(
-        x, shaped(scale, value_shape), shaped(mean, row_shape), inv_std, gy,
-        (gg_x, shaped(gg_scale, value_shape), shaped(gg_bias, value_shape)), axes, size, True)
+        x,
+        shaped(scale, value_shape),
+        shaped(mean, row_shape),
+        inv_std,
+        gy,
+        (gg_x, shaped(gg_scale, value_shape), shaped(gg_bias, value_shape)),
+        axes,
+        size,
+        True,
+    )
     gscale = None
     if scale is not None and gscale_full is not None:
         gscale = shaped(sum_to(gscale_full, value_shape), scale.shape)
-    gvar = None if ginv_std is None else shaped(ginv_std * inv_std ** 3 * -0.5, var.shape)
+    gvar = None if ginv_std is None else shaped(ginv_std * inv_std**3 * -0.5, var.shape)
     return gx, gscale, shaped(gmu, mean.shape), gvar, ggy

@@ -23,17 +23,29 @@ _UPDATE = dict(differentiable=False, side_effect=True)
 
 def _check_like_param(param, var, slot):
     if var.shape != param.shape:
-        raise ShapeError(None, f"{slot} must have Param's shape",
-                         expected=str(param.shape), actual=f"{slot}.shape == {var.shape}")
+        raise ShapeError(
+            None,
+            f"{slot} must have Param's shape",
+            expected=str(param.shape),
+            actual=f"{slot}.shape == {var.shape}",
+        )
     if var.dtype != param.dtype:
-        raise DTypeError(None, f"{slot} must have Param's dtype",
-                         expected=str(param.dtype), actual=f"{slot}.dtype == {var.dtype}")
+        raise DTypeError(
+            None,
+            f"{slot} must have Param's dtype",
+            expected=str(param.dtype),
+            actual=f"{slot}.dtype == {var.dtype}",
+        )
 
 
 def _check_scalar(var, slot):
     if var.shape not in ((), (1,)):
-        raise ShapeError(None, f"{slot} must hold one value",
-                         expected="shape () or (1,)", actual=f"{slot}.shape == {var.shape}")
+        raise ShapeError(
+            None,
+            f"{slot} must hold one value",
+            expected="shape () or (1,)",
+            actual=f"{slot}.shape == {var.shape}",
+        )
     if var.dtype.kind != "f":
         raise DTypeError(None, f"{slot} must be floating point", actual=str(var.dtype))
 
@@ -77,8 +89,14 @@ def _infer_sgd(attrs, param, grad, lr):
     return check_update(param, grad, lr)[0]
 
 
-@register("sgd", inputs=("Param", "Grad", "LearningRate"), outputs=("ParamOut",),
-          infer=_infer_sgd, inplace={"ParamOut": "Param"}, **_UPDATE)
+@register(
+    "sgd",
+    inputs=("Param", "Grad", "LearningRate"),
+    outputs=("ParamOut",),
+    infer=_infer_sgd,
+    inplace={"ParamOut": "Param"},
+    **_UPDATE,
+)
 def sgd(xp, attrs, param, grad, lr):
     """ParamOut = Param - LearningRate * Grad, written into Param's buffer (no gradient)."""
     step = xp.multiply(grad, scalar(xp, lr, param))
@@ -89,11 +107,15 @@ def _infer_momentum(attrs, param, grad, velocity, lr):
     return check_update(param, grad, lr, [("Velocity", velocity)])
 
 
-@register("momentum", inputs=("Param", "Grad", "Velocity", "LearningRate"),
-          outputs=("ParamOut", "VelocityOut"),
-          attrs={"mu": Attr("float", 0.9, **_NONNEGATIVE), "use_nesterov": Attr("bool", False)},
-          infer=_infer_momentum, inplace={"ParamOut": "Param", "VelocityOut": "Velocity"},
-          **_UPDATE)
+@register(
+    "momentum",
+    inputs=("Param", "Grad", "Velocity", "LearningRate"),
+    outputs=("ParamOut", "VelocityOut"),
+    attrs={"mu": Attr("float", 0.9, **_NONNEGATIVE), "use_nesterov": Attr("bool", False)},
+    infer=_infer_momentum,
+    inplace={"ParamOut": "Param", "VelocityOut": "Velocity"},
+    **_UPDATE,
+)
 def momentum(xp, attrs, param, grad, velocity, lr):
     """SGD with momentum (PyTorch's form, no dampening), in place; no gradient.
 
@@ -116,15 +138,28 @@ def momentum(xp, attrs, param, grad, velocity, lr):
 
 _ADAM_INPUTS = ("Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow")
 _ADAM_OUTPUTS = ("ParamOut", "Moment1Out", "Moment2Out", "Beta1PowOut", "Beta2PowOut")
-_ADAM_INPLACE = {"ParamOut": "Param", "Moment1Out": "Moment1", "Moment2Out": "Moment2",
-                 "Beta1PowOut": "Beta1Pow", "Beta2PowOut": "Beta2Pow"}
-_ADAM_ATTRS = {"beta1": _probability("beta1", 0.9), "beta2": _probability("beta2", 0.999),
-               "epsilon": _EPSILON}
+_ADAM_INPLACE = {
+    "ParamOut": "Param",
+    "Moment1Out": "Moment1",
+    "Moment2Out": "Moment2",
+    "Beta1PowOut": "Beta1Pow",
+    "Beta2PowOut": "Beta2Pow",
+}
+_ADAM_ATTRS = {
+    "beta1": _probability("beta1", 0.9),
+    "beta2": _probability("beta2", 0.999),
+    "epsilon": _EPSILON,
+}
 
 
 def _infer_adam(attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
-    return check_update(param, grad, lr, [("Moment1", moment1), ("Moment2", moment2)],
-                        [("Beta1Pow", beta1_pow), ("Beta2Pow", beta2_pow)])
+    return check_update(
+        param,
+        grad,
+        lr,
+        [("Moment1", moment1), ("Moment2", moment2)],
+        [("Beta1Pow", beta1_pow), ("Beta2Pow", beta2_pow)],
+    )
 
 
 def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
@@ -158,8 +193,15 @@ def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_po
     return param, moment1, moment2, beta1_pow, beta2_pow
 
 
-@register("adam", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS, attrs=_ADAM_ATTRS,
-          infer=_infer_adam, inplace=_ADAM_INPLACE, **_UPDATE)
+@register(
+    "adam",
+    inputs=_ADAM_INPUTS,
+    outputs=_ADAM_OUTPUTS,
+    attrs=_ADAM_ATTRS,
+    infer=_infer_adam,
+    inplace=_ADAM_INPLACE,
+    **_UPDATE,
+)
 def adam(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     """Adam (PyTorch's bias correction and epsilon placement), in place; no gradient.
 
@@ -173,9 +215,15 @@ def adam(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
 
 
-@register("adamw", inputs=_ADAM_INPUTS, outputs=_ADAM_OUTPUTS,
-          attrs={**_ADAM_ATTRS, "coeff": Attr("float", 0.01, **_NONNEGATIVE)},
-          infer=_infer_adam, inplace=_ADAM_INPLACE, **_UPDATE)
+@register(
+    "adamw",
+    inputs=_ADAM_INPUTS,
+    outputs=_ADAM_OUTPUTS,
+    attrs={**_ADAM_ATTRS, "coeff": Attr("float", 0.01, **_NONNEGATIVE)},
+    infer=_infer_adam,
+    inplace=_ADAM_INPLACE,
+    **_UPDATE,
+)
 def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     """AdamW: decoupled weight decay, then the Adam step (PyTorch's order); no gradient.
 
@@ -187,13 +235,18 @@ def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
 
 def _infer_rmsprop(attrs, param, grad, mean_square, moment, mean_grad, lr):
     if attrs["momentum"] > 0 and moment is None:
-        raise InputError(None, "input Moment is required when momentum > 0",
-                         actual=f"momentum={attrs['momentum']}, no Moment")
+        raise InputError(
+            None,
+            "input Moment is required when momentum > 0",
+            actual=f"momentum={attrs['momentum']}, no Moment",
+        )
     if attrs["centered"] and mean_grad is None:
         raise InputError(None, "input MeanGrad is required when centered", actual="no MeanGrad")
-    present = [(slot, var) for slot, var in
-               (("MeanSquare", mean_square), ("Moment", moment), ("MeanGrad", mean_grad))
-               if var is not None]
+    present = [
+        (slot, var)
+        for slot, var in (("MeanSquare", mean_square), ("Moment", moment), ("MeanGrad", mean_grad))
+        if var is not None
+    ]
     param_desc, mean_square_desc, *rest = check_update(param, grad, lr, present)
     rest.reverse()
     moment_desc = [rest.pop()] if moment is not None else []
@@ -201,14 +254,25 @@ def _infer_rmsprop(attrs, param, grad, mean_square, moment, mean_grad, lr):
     return param_desc, mean_square_desc, moment_desc, mean_grad_desc
 
 
-@register("rmsprop", inputs=("Param", "Grad", "MeanSquare", "Moment?", "MeanGrad?",
-                             "LearningRate"),
-          outputs=("ParamOut", "MeanSquareOut", "MomentOut*", "MeanGradOut*"),
-          attrs={"decay": _probability("decay", 0.99), "epsilon": _EPSILON,
-                 "momentum": Attr("float", 0.0, **_NONNEGATIVE), "centered": Attr("bool", False)},
-          infer=_infer_rmsprop, inplace={"ParamOut": "Param", "MeanSquareOut": "MeanSquare",
-                                         "MomentOut": "Moment", "MeanGradOut": "MeanGrad"},
-          **_UPDATE)
+@register(
+    "rmsprop",
+    inputs=("Param", "Grad", "MeanSquare", "Moment?", "MeanGrad?", "LearningRate"),
+    outputs=("ParamOut", "MeanSquareOut", "MomentOut*", "MeanGradOut*"),
+    attrs={
+        "decay": _probability("decay", 0.99),
+        "epsilon": _EPSILON,
+        "momentum": Attr("float", 0.0, **_NONNEGATIVE),
+        "centered": Attr("bool", False),
+    },
+    infer=_infer_rmsprop,
+    inplace={
+        "ParamOut": "Param",
+        "MeanSquareOut": "MeanSquare",
+        "MomentOut": "Moment",
+        "MeanGradOut": "MeanGrad",
+    },
+    **_UPDATE,
+)
 def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     """RMSProp (PyTorch's: epsilon outside the root; ``decay`` is PyTorch's alpha); no gradient.
 
@@ -242,18 +306,27 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     else:
         work *= scalar(xp, lr, param)
     param -= work
-    return (param, mean_square, [moment] if moment is not None else [],
-            [mean_grad] if mean_grad is not None else [])
+    return (
+        param,
+        mean_square,
+        [moment] if moment is not None else [],
+        [mean_grad] if mean_grad is not None else [],
+    )
 
 
 def _infer_adagrad(attrs, param, grad, moment, lr):
     return check_update(param, grad, lr, [("Moment", moment)])
 
 
-@register("adagrad", inputs=("Param", "Grad", "Moment", "LearningRate"),
-          outputs=("ParamOut", "MomentOut"), attrs={"epsilon": Attr("float", 1e-10,
-                                                                    **_NONNEGATIVE)},
-          infer=_infer_adagrad, inplace={"ParamOut": "Param", "MomentOut": "Moment"}, **_UPDATE)
+@register(
+    "adagrad",
+    inputs=("Param", "Grad", "Moment", "LearningRate"),
+    outputs=("ParamOut", "MomentOut"),
+    attrs={"epsilon": Attr("float", 1e-10, **_NONNEGATIVE)},
+    infer=_infer_adagrad,
+    inplace={"ParamOut": "Param", "MomentOut": "Moment"},
+    **_UPDATE,
+)
 def adagrad(xp, attrs, param, grad, moment, lr):
     """Adagrad (PyTorch's: epsilon outside the root), in place; no gradient.
 

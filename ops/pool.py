@@ -16,12 +16,21 @@ from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
 _WINDOW_ATTRS = {
-    "ksize": Attr("ints", required=True, check=lambda v: len(v) == 2 and min(v) >= 1,
-                  rule="two ints >= 1"),
-    "strides": Attr("ints", None, check=lambda v: len(v) == 2 and min(v) >= 1,
-                    rule="two ints >= 1 (None: equal to ksize)"),
-    "paddings": Attr("ints", (0, 0), check=lambda v: len(v) in (2, 4) and min(v) >= 0,
-                     rule="two ints (h, w) or four (top, bottom, left, right), all >= 0"),
+    "ksize": Attr(
+        "ints", required=True, check=lambda v: len(v) == 2 and min(v) >= 1, rule="two ints >= 1"
+    ),
+    "strides": Attr(
+        "ints",
+        None,
+        check=lambda v: len(v) == 2 and min(v) >= 1,
+        rule="two ints >= 1 (None: equal to ksize)",
+    ),
+    "paddings": Attr(
+        "ints",
+        (0, 0),
+        check=lambda v: len(v) in (2, 4) and min(v) >= 0,
+        rule="two ints (h, w) or four (top, bottom, left, right), all >= 0",
+    ),
     "ceil_mode": Attr("bool", False),
 }
 POOL_ATTRS = {
@@ -49,22 +58,36 @@ class _Geometry:
         self.kernel, self.size = attrs["ksize"], size
         self.stride = attrs["strides"] or self.kernel
         self.pads = four_paddings(attrs["paddings"])
-        self.out = tuple(_out_size(size[a], self.pads[2 * a], self.pads[2 * a + 1],
-                                   self.kernel[a], self.stride[a], attrs["ceil_mode"])
-                         for a in (0, 1))
+        self.out = tuple(
+            _out_size(
+                size[a],
+                self.pads[2 * a],
+                self.pads[2 * a + 1],
+                self.kernel[a],
+                self.stride[a],
+                attrs["ceil_mode"],
+            )
+            for a in (0, 1)
+        )
 
     def padded_extent(self):
         """Rows and columns of the padded buffer: exactly what the windows reach."""
-        return tuple(max((self.out[a] - 1) * self.stride[a] + self.kernel[a],
-                         self.size[a] + self.pads[2 * a]) for a in (0, 1))
+        return tuple(
+            max(
+                (self.out[a] - 1) * self.stride[a] + self.kernel[a], self.size[a] + self.pads[2 * a]
+            )
+            for a in (0, 1)
+        )
 
     def offsets(self):
         """(offset index, window-position slices) for each kernel offset, row-major."""
         (kh, kw), (sh, sw), (oh, ow) = self.kernel, self.stride, self.out
         for i in range(kh):
             for j in range(kw):
-                yield i * kw + j, (slice(i, i + (oh - 1) * sh + 1, sh),
-                                   slice(j, j + (ow - 1) * sw + 1, sw))
+                yield (
+                    i * kw + j,
+                    (slice(i, i + (oh - 1) * sh + 1, sh), slice(j, j + (ow - 1) * sw + 1, sw)),
+                )
 
     def pad(self, xp, x, value):
         """x placed in a buffer of the padded extent filled with ``value`` (x itself if the
@@ -74,12 +97,12 @@ class _Geometry:
         if not top and not left and extent == tuple(x.shape[2:]):
             return x
         out = xp.full(x.shape[:2] + extent, value, dtype=x.dtype)
-        out[:, :, top:top + x.shape[2], left:left + x.shape[3]] = x
+        out[:, :, top : top + x.shape[2], left : left + x.shape[3]] = x
         return out
 
     def crop(self, padded):
         top, _, left, _ = self.pads
-        return padded[:, :, top:top + self.size[0], left:left + self.size[1]]
+        return padded[:, :, top : top + self.size[0], left : left + self.size[1]]
 
     def divisor(self, xp, exclusive, dtype):
         """Elements averaged per window: the real ones (exclusive) or those inside the padding."""
@@ -95,24 +118,34 @@ class _Geometry:
 
 def _check_geometry(attrs, x):
     if len(x.shape) != 4:
-        raise ShapeError(None, "input X must be 4-D", expected="X (N, C, H, W)",
-                         actual=f"X.shape={x.shape}")
+        raise ShapeError(
+            None, "input X must be 4-D", expected="X (N, C, H, W)", actual=f"X.shape={x.shape}"
+        )
     if x.dtype.kind != "f":
-        raise DTypeError(None, "input X must be floating point",
-                         expected="float16, float32 or float64", actual=str(x.dtype))
+        raise DTypeError(
+            None,
+            "input X must be floating point",
+            expected="float16, float32 or float64",
+            actual=str(x.dtype),
+        )
     geom = _Geometry(attrs, x.shape[2:])
     for a, axis in enumerate("HW"):
-        pads = geom.pads[2 * a:2 * a + 2]
+        pads = geom.pads[2 * a : 2 * a + 2]
         if 2 * max(pads) > geom.kernel[a]:
-            raise ShapeError(None, "padding is more than half the window",
-                             expected=f"paddings along {axis} <= ksize / 2 = "
-                             f"{geom.kernel[a] / 2}", actual=f"paddings={attrs['paddings']}, "
-                             f"ksize={attrs['ksize']}")
+            raise ShapeError(
+                None,
+                "padding is more than half the window",
+                expected=f"paddings along {axis} <= ksize / 2 = {geom.kernel[a] / 2}",
+                actual=f"paddings={attrs['paddings']}, ksize={attrs['ksize']}",
+            )
         if geom.out[a] < 1:
-            raise ShapeError(None, "window is larger than the padded input",
-                             expected=f"ksize along {axis} ({geom.kernel[a]}) <= padded size "
-                             f"({x.shape[2 + a] + sum(pads)})", actual=f"X.shape={x.shape}, "
-                             f"ksize={attrs['ksize']}, paddings={attrs['paddings']}")
+            raise ShapeError(
+                None,
+                "window is larger than the padded input",
+                expected=f"ksize along {axis} ({geom.kernel[a]}) <= padded size "
+                f"({x.shape[2 + a] + sum(pads)})",
+                actual=f"X.shape={x.shape}, ksize={attrs['ksize']}, paddings={attrs['paddings']}",
+            )
     return geom
 
 
@@ -201,13 +234,22 @@ def _infer_pool_grad(attrs, x, gout):
     geom = _check_geometry(attrs, x)
     expected = x.shape[:2] + geom.out
     if tuple(gout.shape) != expected:
-        raise ShapeError(None, "Out@GRAD does not have the pooling's output shape",
-                         expected=f"{expected} (X.shape={x.shape})", actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Out@GRAD does not have the pooling's output shape",
+            expected=f"{expected} (X.shape={x.shape})",
+            actual=str(gout.shape),
+        )
     return x.shape, x.dtype
 
 
-@register("pool2d_grad", inputs=("X", "Out@GRAD"), outputs=("X@GRAD",), attrs=POOL_ATTRS,
-          infer=_infer_pool_grad)
+@register(
+    "pool2d_grad",
+    inputs=("X", "Out@GRAD"),
+    outputs=("X@GRAD",),
+    attrs=POOL_ATTRS,
+    infer=_infer_pool_grad,
+)
 def pool2d_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD added back to the window elements pool2d read: to each window's first
     maximum (max), or divided by the window's divisor to each averaged element (avg).
@@ -241,8 +283,7 @@ def _(g):
 def _infer_select(attrs, x, y):
     geom = _check_geometry(attrs, x)
     if tuple(y.shape) != tuple(x.shape):
-        raise ShapeError(None, "Y must have X's shape", expected=str(x.shape),
-                         actual=str(y.shape))
+        raise ShapeError(None, "Y must have X's shape", expected=str(x.shape), actual=str(y.shape))
     return x.shape[:2] + geom.out, y.dtype
 
 
@@ -267,5 +308,6 @@ def _(g):
     (gout,) = g.gouts
     if not g.needs(1):
         return None, None
-    return None, apply(pool2d_grad, (x, gout), {**g.attrs, "pooling_type": "max",
-                                                "exclusive": True})
+    return None, apply(
+        pool2d_grad, (x, gout), {**g.attrs, "pooling_type": "max", "exclusive": True}
+    )

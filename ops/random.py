@@ -17,8 +17,9 @@ from ops.registry import Attr, register
 from tape import random_state
 from tape.errors import ShapeError
 
-_FLOAT_DTYPE = Attr("dtype", "float32", check=lambda v: np.dtype(v).kind == "f",
-                    rule="a floating-point dtype")
+_FLOAT_DTYPE = Attr(
+    "dtype", "float32", check=lambda v: np.dtype(v).kind == "f", rule="a floating-point dtype"
+)
 _SEED = Attr("int", 0)
 
 
@@ -33,26 +34,35 @@ def _draw(xp, attrs, shape, dtype, normal):
     float32/float64 (numpy's generators have no float16: those are drawn in float32)."""
     gen = _generator(xp, attrs["seed"])
     native = dtype if np.dtype(dtype) in (np.float32, np.float64) else np.float32
-    sample = gen.standard_normal(shape, dtype=native) if normal else \
-        gen.random(shape, dtype=native)
+    sample = gen.standard_normal(shape, dtype=native) if normal else gen.random(shape, dtype=native)
     return sample if native == dtype else sample.astype(dtype)
 
 
 def _infer_fill(attrs):
     shape = attrs["shape"]
     if any(d < 0 for d in shape):
-        raise ShapeError(None, "attribute 'shape' has a negative dimension",
-                         expected="dimensions >= 0", actual=str(shape))
+        raise ShapeError(
+            None,
+            "attribute 'shape' has a negative dimension",
+            expected="dimensions >= 0",
+            actual=str(shape),
+        )
     return tuple(shape), np.dtype(attrs["dtype"])
 
 
-@register("uniform_random", attrs={
-    "shape": Attr("ints", required=True),
-    "min": Attr("float", -1.0),
-    "max": Attr("float", 1.0),
-    "dtype": _FLOAT_DTYPE,
-    "seed": _SEED,
-}, infer=_infer_fill, random=True, differentiable=False)
+@register(
+    "uniform_random",
+    attrs={
+        "shape": Attr("ints", required=True),
+        "min": Attr("float", -1.0),
+        "max": Attr("float", 1.0),
+        "dtype": _FLOAT_DTYPE,
+        "seed": _SEED,
+    },
+    infer=_infer_fill,
+    random=True,
+    differentiable=False,
+)
 def uniform_random(xp, attrs):
     """Out = samples of ``shape`` uniform in [min, max) (up to rounding), as ``dtype``.
 
@@ -66,13 +76,19 @@ def uniform_random(xp, attrs):
     return out
 
 
-@register("gaussian_random", attrs={
-    "shape": Attr("ints", required=True),
-    "mean": Attr("float", 0.0),
-    "std": Attr("float", 1.0, check=lambda v: v >= 0, rule=">= 0"),
-    "dtype": _FLOAT_DTYPE,
-    "seed": _SEED,
-}, infer=_infer_fill, random=True, differentiable=False)
+@register(
+    "gaussian_random",
+    attrs={
+        "shape": Attr("ints", required=True),
+        "mean": Attr("float", 0.0),
+        "std": Attr("float", 1.0, check=lambda v: v >= 0, rule=">= 0"),
+        "dtype": _FLOAT_DTYPE,
+        "seed": _SEED,
+    },
+    infer=_infer_fill,
+    random=True,
+    differentiable=False,
+)
 def gaussian_random(xp, attrs):
     """Out = samples of ``shape`` from Normal(mean, std**2), as ``dtype``.
 
@@ -91,12 +107,20 @@ def _infer_dropout(attrs, x):
     return (x.shape, x.dtype), (x.shape, x.dtype)
 
 
-@register("dropout", inputs=("X",), outputs=("Out", "Mask"), attrs={
-    "dropout_prob": Attr("float", 0.5, check=lambda p: 0.0 <= p < 1.0, rule="0 <= p < 1"),
-    "is_test": Attr("bool", False),
-    "mode": Attr("str", "upscale_in_train", choices=("upscale_in_train", "downgrade_in_infer")),
-    "seed": _SEED,
-}, infer=_infer_dropout, random=True, no_need_buffer=("X",))
+@register(
+    "dropout",
+    inputs=("X",),
+    outputs=("Out", "Mask"),
+    attrs={
+        "dropout_prob": Attr("float", 0.5, check=lambda p: 0.0 <= p < 1.0, rule="0 <= p < 1"),
+        "is_test": Attr("bool", False),
+        "mode": Attr("str", "upscale_in_train", choices=("upscale_in_train", "downgrade_in_infer")),
+        "seed": _SEED,
+    },
+    infer=_infer_dropout,
+    random=True,
+    no_need_buffer=("X",),
+)
 def dropout(xp, attrs, x):
     """Out = X * Mask, where Mask holds the factor each element was multiplied by.
 

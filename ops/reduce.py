@@ -21,12 +21,19 @@ def _infer_sum(attrs, xs):
     first = xs[0]
     for i, x in enumerate(xs[1:], 1):
         if x.shape != first.shape:
-            raise ShapeError(None, "all inputs X must have the same shape",
-                             expected=f"X[{i}].shape == X[0].shape == {first.shape}",
-                             actual=str(x.shape))
+            raise ShapeError(
+                None,
+                "all inputs X must have the same shape",
+                expected=f"X[{i}].shape == X[0].shape == {first.shape}",
+                actual=str(x.shape),
+            )
         if x.dtype != first.dtype:
-            raise DTypeError(None, "all inputs X must have the same dtype",
-                             expected=str(first.dtype), actual=f"X[{i}].dtype == {x.dtype}")
+            raise DTypeError(
+                None,
+                "all inputs X must have the same dtype",
+                expected=str(first.dtype),
+                actual=f"X[{i}].dtype == {x.dtype}",
+            )
     return first.shape, first.dtype
 
 
@@ -77,20 +84,29 @@ def _infer_sum_to(attrs, x):
     target = attrs["shape"]
     extra = len(x.shape) - len(target)
     if extra < 0 or any(t != 1 and t != s for t, s in zip(target, x.shape[extra:], strict=True)):
-        raise ShapeError(None, "X cannot be summed down to the target shape",
-                         expected=f"a shape X.shape={x.shape} broadcasts from",
-                         actual=f"shape={target}")
+        raise ShapeError(
+            None,
+            "X cannot be summed down to the target shape",
+            expected=f"a shape X.shape={x.shape} broadcasts from",
+            actual=f"shape={target}",
+        )
     return tuple(target), x.dtype
 
 
-@register("sum_to_shape", inputs=("X",), attrs={"shape": Attr("ints", required=True)},
-          infer=_infer_sum_to, no_need_buffer=("X",))
+@register(
+    "sum_to_shape",
+    inputs=("X",),
+    attrs={"shape": Attr("ints", required=True)},
+    infer=_infer_sum_to,
+    no_need_buffer=("X",),
+)
 def sum_to_shape(xp, attrs, x):
     """Out = X summed over the axes broadcasting added to ``shape``.  dX = broadcast(dOut)."""
     target = attrs["shape"]
     extra = x.ndim - len(target)
     axes = tuple(range(extra)) + tuple(
-        i + extra for i, t in enumerate(target) if t == 1 and x.shape[i + extra] != 1)
+        i + extra for i, t in enumerate(target) if t == 1 and x.shape[i + extra] != 1
+    )
     out = x.sum(axis=axes, keepdims=True) if axes else x
     return out.reshape(target)
 
@@ -120,8 +136,9 @@ def _infer_reduce(attrs, x):
 REDUCE_ATTRS = {"axis": Attr("axes", None), "keepdim": Attr("bool", False)}
 
 
-@register("reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce,
-          no_need_buffer=("X",))
+@register(
+    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce, no_need_buffer=("X",)
+)
 def reduce_sum(xp, attrs, x):
     """Out = sum of X over ``axis`` (all when None).  dX = dOut broadcast back to X's shape."""
     return x.sum(axis=attrs["axis"], keepdims=attrs["keepdim"])
@@ -157,8 +174,13 @@ def _infer_reduce_mean(attrs, x):
     return shape, dtype if dtype.kind in "fc" else np.dtype(np.float64)
 
 
-@register("reduce_mean", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce_mean,
-          no_need_buffer=("X",))
+@register(
+    "reduce_mean",
+    inputs=("X",),
+    attrs=REDUCE_ATTRS,
+    infer=_infer_reduce_mean,
+    no_need_buffer=("X",),
+)
 def reduce_mean(xp, attrs, x):
     """Out = mean of X over ``axis`` (all when None).  dX = broadcast(dOut) / (elements reduced)."""
     return x.mean(axis=attrs["axis"], keepdims=attrs["keepdim"])
@@ -176,9 +198,12 @@ def _(g):
 def _infer_extreme(attrs, x):
     shape, dtype = _infer_reduce(attrs, x)
     if _reduced_count(x, attrs) == 0:
-        raise ShapeError(None, "cannot take the max or min over an empty axis",
-                         expected="every reduced axis has extent > 0",
-                         actual=f"X.shape={x.shape}, axis={attrs['axis']}")
+        raise ShapeError(
+            None,
+            "cannot take the max or min over an empty axis",
+            expected="every reduced axis has extent > 0",
+            actual=f"X.shape={x.shape}, axis={attrs['axis']}",
+        )
     return shape, dtype
 
 
@@ -232,8 +257,7 @@ def logsumexp(xp, attrs, x):
         shift = xp.where(xp.isfinite(shift), shift, 0)
         with np.errstate(divide="ignore"):  # log(0) = -inf for all -inf slices, as intended
             out = xp.log(xp.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
-    return out if keepdim else out.reshape(tuple(d for i, d in enumerate(x.shape)
-                                                 if i not in axes))
+    return out if keepdim else out.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
 
 
 @logsumexp.gradient

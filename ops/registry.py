@@ -220,8 +220,11 @@ class OpDef:
         if not attrs:
             missing = [k for k, a in self.attrs.items() if a.required]
             if missing:
-                raise AttrError(self.type, f"missing required attribute '{missing[0]}'",
-                                hint=self.attr_listing())
+                raise AttrError(
+                    self.type,
+                    f"missing required attribute '{missing[0]}'",
+                    hint=self.attr_listing(),
+                )
             return self.defaults
         out = dict(self.defaults)
         for name, value in attrs.items():
@@ -231,8 +234,9 @@ class OpDef:
             out[name] = spec.convert(self.type, name, value)
         for name, spec in self.attrs.items():
             if spec.required and out[name] is None:
-                raise AttrError(self.type, f"missing required attribute '{name}'",
-                                hint=self.attr_listing())
+                raise AttrError(
+                    self.type, f"missing required attribute '{name}'", hint=self.attr_listing()
+                )
         return out
 
     def attr_listing(self):

@@ -45,55 +45,83 @@ def _gate_major(ndim):
 def _check_float(slots):
     first_slot, first = slots[0]
     if first.dtype.kind != "f":
-        raise DTypeError(None, f"input {first_slot} must be floating point",
-                         expected="float16, float32 or float64", actual=str(first.dtype))
+        raise DTypeError(
+            None,
+            f"input {first_slot} must be floating point",
+            expected="float16, float32 or float64",
+            actual=str(first.dtype),
+        )
     for slot, var in slots[1:]:
         if var is not None and var.dtype != first.dtype:
-            raise DTypeError(None, f"input {slot} must have {first_slot}'s dtype",
-                             expected=str(first.dtype), actual=f"{slot}.dtype == {var.dtype}")
+            raise DTypeError(
+                None,
+                f"input {slot} must have {first_slot}'s dtype",
+                expected=str(first.dtype),
+                actual=f"{slot}.dtype == {var.dtype}",
+            )
 
 
 def _check_state(slot, var, gates_slot, gates):
     """``var`` is (..., H) for ``gates`` (..., 4H): the same leading axes, a quarter the width."""
     lead, hidden = tuple(gates.shape[:-1]), gates.shape[-1] // 4
     if tuple(var.shape[:-1]) != lead:
-        raise ShapeError(None, f"the leading axes of {slot} and {gates_slot} differ",
-                         expected=f"{slot}.shape[:-1] == {gates_slot}.shape[:-1] == {lead}",
-                         actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}")
+        raise ShapeError(
+            None,
+            f"the leading axes of {slot} and {gates_slot} differ",
+            expected=f"{slot}.shape[:-1] == {gates_slot}.shape[:-1] == {lead}",
+            actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}",
+        )
     if var.shape[-1] != hidden:
-        raise ShapeError(None, f"the last axis of {slot} must be a quarter of {gates_slot}'s "
-                         "(one value per gate i, f, g, o)",
-                         expected=f"{slot}.shape[-1] == {gates_slot}.shape[-1] / 4 == {hidden}",
-                         actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}")
+        raise ShapeError(
+            None,
+            f"the last axis of {slot} must be a quarter of {gates_slot}'s "
+            "(one value per gate i, f, g, o)",
+            expected=f"{slot}.shape[-1] == {gates_slot}.shape[-1] / 4 == {hidden}",
+            actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}",
+        )
 
 
 def _check_gate_axis(slot, gates):
     if not gates.shape or gates.shape[-1] % 4:
-        raise ShapeError(None, f"the last axis of {slot} must hold 4 gates (i, f, g, o)",
-                         expected=f"{slot}.shape == (..., 4 * H)",
-                         actual=f"{slot}.shape={gates.shape}")
+        raise ShapeError(
+            None,
+            f"the last axis of {slot} must hold 4 gates (i, f, g, o)",
+            expected=f"{slot}.shape == (..., 4 * H)",
+            actual=f"{slot}.shape={gates.shape}",
+        )
 
 
 def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
     _check_float([("Gi", gi), ("Gh", gh), ("C", c), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
     if tuple(gi.shape) != tuple(gh.shape):
-        raise ShapeError(None, "Gi and Gh must have the same shape",
-                         expected="Gi.shape == Gh.shape", actual=f"Gi.shape={gi.shape}, "
-                         f"Gh.shape={gh.shape}")
+        raise ShapeError(
+            None,
+            "Gi and Gh must have the same shape",
+            expected="Gi.shape == Gh.shape",
+            actual=f"Gi.shape={gi.shape}, Gh.shape={gh.shape}",
+        )
     _check_gate_axis("Gi", gi)
     _check_state("C", c, "Gi", gi)
     for slot, bias in (("BiasIh", bias_ih), ("BiasHh", bias_hh)):
         if bias is not None and tuple(bias.shape) != (gi.shape[-1],):
-            raise ShapeError(None, f"{slot} must hold one value per gate unit",
-                             expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
-                             actual=f"{slot}.shape={bias.shape}")
+            raise ShapeError(
+                None,
+                f"{slot} must hold one value per gate unit",
+                expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
+                actual=f"{slot}.shape={bias.shape}",
+            )
     state_desc = (tuple(c.shape), gi.dtype)
     return state_desc, state_desc, (tuple(gi.shape), gi.dtype)
 
 
-@register("lstm_cell", inputs=("Gi", "Gh", "C", "BiasIh?", "BiasHh?"),
-          outputs=("Hout", "Cout", "Gates"), infer=_infer_lstm,
-          no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"), returns=lambda results: results[:2])
+@register(
+    "lstm_cell",
+    inputs=("Gi", "Gh", "C", "BiasIh?", "BiasHh?"),
+    outputs=("Hout", "Cout", "Gates"),
+    infer=_infer_lstm,
+    no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"),
+    returns=lambda results: results[:2],
+)
 def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
     """One LSTM step from the projections Gi = x W_ih^T and Gh = h W_hh^T, (..., 4H) each, and
     the cell state C (..., H); returns (Hout, Cout), keeping Gates for the gradient:
@@ -167,17 +195,22 @@ def _composed_grad(gates, c, cout, g_hout, g_cout, g_gates):
         for k, piece in enumerate(apply(split, (g_gates,), split4)):
             activated[k] = piece if activated[k] is None else activated[k] + piece
     pieces = []
-    for out, grad, derivative in zip((i, f, g, o), activated,
-                                     (sigmoid_grad, sigmoid_grad, tanh_grad, sigmoid_grad)):
-        pieces.append(apply(fill_zeros_like, (out,), NO_ATTRS) if grad is None
-                      else apply(derivative, (out, grad), NO_ATTRS))
+    for out, grad, derivative in zip(
+        (i, f, g, o), activated, (sigmoid_grad, sigmoid_grad, tanh_grad, sigmoid_grad)
+    ):
+        pieces.append(
+            apply(fill_zeros_like, (out,), NO_ATTRS)
+            if grad is None
+            else apply(derivative, (out, grad), NO_ATTRS)
+        )
     gz = apply(concat, (pieces,), {"axis": len(gates.shape) - 1})
     return gz, None if g_state is None else mul(g_state, f)
 
 
 def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
-    _check_float([("Gates", gates), ("C", c), ("Cout", cout), ("Hout@GRAD", g_hout),
-                  ("Cout@GRAD", g_cout)])
+    _check_float(
+        [("Gates", gates), ("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)]
+    )
     _check_gate_axis("Gates", gates)
     for slot, var in (("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)):
         if var is not None:
@@ -185,8 +218,13 @@ def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
     return (tuple(gates.shape), gates.dtype), (tuple(c.shape), c.dtype)
 
 
-@register("lstm_cell_grad", inputs=("Gates", "C", "Cout", "Hout@GRAD?", "Cout@GRAD?"),
-          outputs=("Z@GRAD", "C@GRAD"), infer=_infer_lstm_grad, differentiable=False)
+@register(
+    "lstm_cell_grad",
+    inputs=("Gates", "C", "Cout", "Hout@GRAD?", "Cout@GRAD?"),
+    outputs=("Z@GRAD", "C@GRAD"),
+    infer=_infer_lstm_grad,
+    differentiable=False,
+)
 def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     """lstm_cell's gradient from its saved Gates [i, f, g, o], C and Cout (tanh(Cout) is
     recomputed); an absent Hout@GRAD or Cout@GRAD counts as zeros. With

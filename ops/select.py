@@ -29,10 +29,13 @@ def _infer_slice(attrs, x):
     ndim, axes = len(x.shape), attrs["axes"]
     lengths = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or axes)}
     if lengths != {len(axes)}:
-        raise AttrError(None, "attributes 'axes', 'starts', 'ends' and 'strides' differ in length",
-                        expected="one start, end (and stride) per axis",
-                        actual=f"axes={axes}, starts={attrs['starts']}, ends={attrs['ends']}, "
-                        f"strides={attrs['strides']}")
+        raise AttrError(
+            None,
+            "attributes 'axes', 'starts', 'ends' and 'strides' differ in length",
+            expected="one start, end (and stride) per axis",
+            actual=f"axes={axes}, starts={attrs['starts']}, ends={attrs['ends']}, "
+            f"strides={attrs['strides']}",
+        )
     normalize_axes(None, axes, ndim)
     sliced = list(x.shape)
     for axis, cut in enumerate(_slice_index(attrs, ndim)):
@@ -40,9 +43,12 @@ def _infer_slice(attrs, x):
     drop = normalize_axes(None, attrs["decrease_axis"], ndim)
     for axis in drop:
         if sliced[axis] != 1:
-            raise ShapeError(None, f"decrease_axis {axis} has extent {sliced[axis]} after slicing",
-                             expected="extent 1 on every axis in decrease_axis",
-                             actual=f"sliced shape {tuple(sliced)}")
+            raise ShapeError(
+                None,
+                f"decrease_axis {axis} has extent {sliced[axis]} after slicing",
+                expected="extent 1 on every axis in decrease_axis",
+                actual=f"sliced shape {tuple(sliced)}",
+            )
     return tuple(d for i, d in enumerate(sliced) if i not in drop), x.dtype
 
 
@@ -76,13 +82,22 @@ def _(g):
 def _infer_slice_grad(attrs, x, gout):
     shape, _ = _infer_slice(attrs, x)
     if gout.shape != shape:
-        raise ShapeError(None, "Out@GRAD does not have the slice's shape",
-                         expected=f"{shape} (slice of X.shape={x.shape})", actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Out@GRAD does not have the slice's shape",
+            expected=f"{shape} (slice of X.shape={x.shape})",
+            actual=str(gout.shape),
+        )
     return x.shape, gout.dtype
 
 
-@register("slice_grad", inputs=("X", "Out@GRAD"), attrs=_SLICE_ATTRS, infer=_infer_slice_grad,
-          no_need_buffer=("X",))
+@register(
+    "slice_grad",
+    inputs=("X", "Out@GRAD"),
+    attrs=_SLICE_ATTRS,
+    infer=_infer_slice_grad,
+    no_need_buffer=("X",),
+)
 def slice_grad(xp, attrs, x, gout):
     """Out = zeros of X's shape with Out@GRAD written into the slice (X's values are unused).
 
@@ -101,8 +116,12 @@ def _(g):
 
 def _infer_gather(attrs, x, index):
     if index.dtype.kind not in "iu":
-        raise DTypeError(None, "input Index must hold integers", expected="an integer dtype",
-                         actual=str(index.dtype))
+        raise DTypeError(
+            None,
+            "input Index must hold integers",
+            expected="an integer dtype",
+            actual=str(index.dtype),
+        )
     if not x.shape:
         raise ShapeError(None, "X must have at least one dimension", actual="X.shape == ()")
     axis = normalize_axis(None, attrs["axis"], len(x.shape))
@@ -111,14 +130,22 @@ def _infer_gather(attrs, x, index):
         low, high = int(known.min()), int(known.max())
         if low < -dim or high >= dim:
             bad = high if high >= dim else low
-            raise IndexingError(None, f"index {bad} is out of range for axis {axis} of extent "
-                                f"{dim}", expected=f"-{dim} <= Index < {dim}",
-                                actual=f"Index values in [{low}, {high}], X.shape={x.shape}")
-    return x.shape[:axis] + index.shape + x.shape[axis + 1:], x.dtype
+            raise IndexingError(
+                None,
+                f"index {bad} is out of range for axis {axis} of extent {dim}",
+                expected=f"-{dim} <= Index < {dim}",
+                actual=f"Index values in [{low}, {high}], X.shape={x.shape}",
+            )
+    return x.shape[:axis] + index.shape + x.shape[axis + 1 :], x.dtype
 
 
-@register("gather", inputs=("X", "Index"), attrs={"axis": Attr("int", 0)}, infer=_infer_gather,
-          no_need_buffer=("X",))
+@register(
+    "gather",
+    inputs=("X", "Index"),
+    attrs={"axis": Attr("int", 0)},
+    infer=_infer_gather,
+    no_need_buffer=("X",),
+)
 def gather(xp, attrs, x, index):
     """Out = take(X, Index, axis) (negative indices count from the end); Out.shape is
     X.shape[:axis] + Index.shape + X.shape[axis + 1:].
@@ -137,13 +164,22 @@ def _(g):
 def _infer_gather_grad(attrs, x, index, gout):
     shape, _ = _infer_gather(attrs, x, index)
     if gout.shape != shape:
-        raise ShapeError(None, "Out@GRAD does not have the gather's shape",
-                         expected=str(shape), actual=str(gout.shape))
+        raise ShapeError(
+            None,
+            "Out@GRAD does not have the gather's shape",
+            expected=str(shape),
+            actual=str(gout.shape),
+        )
     return x.shape, gout.dtype
 
 
-@register("gather_grad", inputs=("X", "Index", "Out@GRAD"), attrs={"axis": Attr("int", 0)},
-          infer=_infer_gather_grad, no_need_buffer=("X",))
+@register(
+    "gather_grad",
+    inputs=("X", "Index", "Out@GRAD"),
+    attrs={"axis": Attr("int", 0)},
+    infer=_infer_gather_grad,
+    no_need_buffer=("X",),
+)
 def gather_grad(xp, attrs, x, index, gout):
     """Out = zeros of X's shape with Out@GRAD added at Index along ``axis`` (X's values unused).
 
@@ -175,11 +211,13 @@ def _(g):
 
 def _infer_where(attrs, condition, x, y):
     if condition.dtype.kind != "b":
-        raise DTypeError(None, "input Condition must be boolean", expected="bool",
-                         actual=str(condition.dtype))
+        raise DTypeError(
+            None, "input Condition must be boolean", expected="bool", actual=str(condition.dtype)
+        )
     values = broadcast_shapes(None, x.shape, y.shape)
-    return broadcast_shapes(None, condition.shape, values, "Condition", "X and Y"), \
-        result_dtype(x, y)
+    return broadcast_shapes(None, condition.shape, values, "Condition", "X and Y"), result_dtype(
+        x, y
+    )
 
 
 @register("where", inputs=("Condition", "X", "Y"), infer=_infer_where, no_need_buffer=("X", "Y"))

@@ -18,24 +18,38 @@ def _infer_reshape(attrs, x):
     shape = list(attrs["shape"])
     size = math.prod(x.shape)
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
-        raise ShapeError(None, "attribute 'shape' may hold at most one -1 and no other negatives",
-                         actual=str(tuple(shape)))
+        raise ShapeError(
+            None,
+            "attribute 'shape' may hold at most one -1 and no other negatives",
+            actual=str(tuple(shape)),
+        )
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
         if known == 0 or size % known:
-            raise ShapeError(None, "cannot infer the -1 dimension",
-                             expected=f"a shape with {size} elements",
-                             actual=f"shape={tuple(shape)} from X.shape={x.shape}")
+            raise ShapeError(
+                None,
+                "cannot infer the -1 dimension",
+                expected=f"a shape with {size} elements",
+                actual=f"shape={tuple(shape)} from X.shape={x.shape}",
+            )
         shape[shape.index(-1)] = size // known
     if math.prod(shape) != size:
-        raise ShapeError(None, "the new shape has a different number of elements",
-                         expected=f"{size} elements (X.shape={x.shape})",
-                         actual=f"{math.prod(shape)} elements (shape={tuple(shape)})")
+        raise ShapeError(
+            None,
+            "the new shape has a different number of elements",
+            expected=f"{size} elements (X.shape={x.shape})",
+            actual=f"{math.prod(shape)} elements (shape={tuple(shape)})",
+        )
     return tuple(shape), x.dtype
 
 
-@register("reshape", inputs=("X",), attrs={"shape": Attr("ints", required=True)},
-          infer=_infer_reshape, no_need_buffer=("X",))
+@register(
+    "reshape",
+    inputs=("X",),
+    attrs={"shape": Attr("ints", required=True)},
+    infer=_infer_reshape,
+    no_need_buffer=("X",),
+)
 def reshape(xp, attrs, x):
     """Out = X with a new shape (one -1 inferred).  dX = reshape(dOut, X.shape)."""
     return x.reshape(attrs["shape"])
@@ -51,14 +65,22 @@ def _infer_broadcast_to(attrs, x):
 
     shape = tuple(attrs["shape"])
     if len(shape) < len(x.shape) or broadcast_shapes(None, x.shape, shape) != shape:
-        raise ShapeError(None, "X cannot be broadcast to the target shape",
-                         expected=f"a shape X.shape={x.shape} broadcasts to",
-                         actual=f"shape={shape}")
+        raise ShapeError(
+            None,
+            "X cannot be broadcast to the target shape",
+            expected=f"a shape X.shape={x.shape} broadcasts to",
+            actual=f"shape={shape}",
+        )
     return shape, x.dtype
 
 
-@register("broadcast_to", inputs=("X",), attrs={"shape": Attr("ints", required=True)},
-          infer=_infer_broadcast_to, no_need_buffer=("X",))
+@register(
+    "broadcast_to",
+    inputs=("X",),
+    attrs={"shape": Attr("ints", required=True)},
+    infer=_infer_broadcast_to,
+    no_need_buffer=("X",),
+)
 def broadcast_to(xp, attrs, x):
     """Out = X broadcast to ``shape`` (numpy rules).  dX = dOut summed back to X's shape."""
     return xp.broadcast_to(x, attrs["shape"])
@@ -75,14 +97,22 @@ def _infer_transpose(attrs, x):
     ndim = len(x.shape)
     perm = [p + ndim if p < 0 else p for p in attrs["perm"]]
     if sorted(perm) != list(range(ndim)):
-        raise ShapeError(None, "attribute 'perm' is not a permutation of X's axes",
-                         expected=f"a permutation of 0..{ndim - 1} (X.shape={x.shape})",
-                         actual=f"perm={attrs['perm']}")
+        raise ShapeError(
+            None,
+            "attribute 'perm' is not a permutation of X's axes",
+            expected=f"a permutation of 0..{ndim - 1} (X.shape={x.shape})",
+            actual=f"perm={attrs['perm']}",
+        )
     return tuple(x.shape[p] for p in perm), x.dtype
 
 
-@register("transpose", inputs=("X",), attrs={"perm": Attr("ints", required=True)},
-          infer=_infer_transpose, no_need_buffer=("X",))
+@register(
+    "transpose",
+    inputs=("X",),
+    attrs={"perm": Attr("ints", required=True)},
+    infer=_infer_transpose,
+    no_need_buffer=("X",),
+)
 def transpose(xp, attrs, x):
     """Out = X with its axes permuted: Out.shape[i] = X.shape[perm[i]].
 
@@ -106,14 +136,22 @@ def _infer_squeeze(attrs, x):
     drop = normalize_axes(None, axes, len(x.shape))
     for axis in drop:
         if x.shape[axis] != 1:
-            raise ShapeError(None, f"cannot squeeze axis {axis} of extent {x.shape[axis]}",
-                             expected="every axis in 'axes' has extent 1",
-                             actual=f"X.shape={x.shape}, axes={axes}")
+            raise ShapeError(
+                None,
+                f"cannot squeeze axis {axis} of extent {x.shape[axis]}",
+                expected="every axis in 'axes' has extent 1",
+                actual=f"X.shape={x.shape}, axes={axes}",
+            )
     return tuple(d for i, d in enumerate(x.shape) if i not in drop), x.dtype
 
 
-@register("squeeze", inputs=("X",), attrs={"axes": Attr("ints", ())}, infer=_infer_squeeze,
-          no_need_buffer=("X",))
+@register(
+    "squeeze",
+    inputs=("X",),
+    attrs={"axes": Attr("ints", ())},
+    infer=_infer_squeeze,
+    no_need_buffer=("X",),
+)
 def squeeze(xp, attrs, x):
     """Out = X without the listed size-1 axes (all size-1 axes when ``axes`` is empty).
 
@@ -134,8 +172,13 @@ def _infer_unsqueeze(attrs, x):
     return tuple(1 if i in new else next(dims) for i in range(ndim)), x.dtype
 
 
-@register("unsqueeze", inputs=("X",), attrs={"axes": Attr("ints", required=True)},
-          infer=_infer_unsqueeze, no_need_buffer=("X",))
+@register(
+    "unsqueeze",
+    inputs=("X",),
+    attrs={"axes": Attr("ints", required=True)},
+    infer=_infer_unsqueeze,
+    no_need_buffer=("X",),
+)
 def unsqueeze(xp, attrs, x):
     """Out = np.expand_dims(X, axes): ``axes`` index Out's dimensions, which get extent 1.
 
@@ -156,19 +199,30 @@ def _check_list(xs, axis_of, what):
     first = xs[0]
     for i, x in enumerate(xs[1:], 1):
         if x.dtype != first.dtype:
-            raise DTypeError(None, "all inputs X must have the same dtype",
-                             expected=str(first.dtype), actual=f"X[{i}].dtype == {x.dtype}")
+            raise DTypeError(
+                None,
+                "all inputs X must have the same dtype",
+                expected=str(first.dtype),
+                actual=f"X[{i}].dtype == {x.dtype}",
+            )
         off_axis = [k for k in range(len(first.shape)) if k != axis_of]
         if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
-            raise ShapeError(None, f"inputs X must have equal shapes{what}",
-                             expected=f"X[{i}].shape like X[0].shape == {first.shape}",
-                             actual=f"X[{i}].shape == {x.shape}")
+            raise ShapeError(
+                None,
+                f"inputs X must have equal shapes{what}",
+                expected=f"X[{i}].shape like X[0].shape == {first.shape}",
+                actual=f"X[{i}].shape == {x.shape}",
+            )
 
 
 def _infer_concat(attrs, xs):
     if xs and not xs[0].shape:
-        raise ShapeError(None, "0-d inputs cannot be concatenated",
-                         expected="inputs with at least one dimension", actual="X[0].shape == ()")
+        raise ShapeError(
+            None,
+            "0-d inputs cannot be concatenated",
+            expected="inputs with at least one dimension",
+            actual="X[0].shape == ()",
+        )
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape)) if xs else 0
     _check_list(xs, axis, f" except along axis {axis}")
     shape = list(xs[0].shape)
@@ -176,8 +230,13 @@ def _infer_concat(attrs, xs):
     return tuple(shape), xs[0].dtype
 
 
-@register("concat", inputs=("X*",), attrs={"axis": Attr("int", 0)}, infer=_infer_concat,
-          no_need_buffer=("X",))
+@register(
+    "concat",
+    inputs=("X*",),
+    attrs={"axis": Attr("int", 0)},
+    infer=_infer_concat,
+    no_need_buffer=("X",),
+)
 def concat(xp, attrs, xs):
     """Out = X[0], X[1], ... joined along ``axis``.  dX[i] = the matching piece of split(dOut)."""
     return xp.concatenate(xs, axis=attrs["axis"])
@@ -199,8 +258,13 @@ def _infer_stack(attrs, xs):
     return tuple(shape), xs[0].dtype
 
 
-@register("stack", inputs=("X*",), attrs={"axis": Attr("int", 0)}, infer=_infer_stack,
-          no_need_buffer=("X",))
+@register(
+    "stack",
+    inputs=("X*",),
+    attrs={"axis": Attr("int", 0)},
+    infer=_infer_stack,
+    no_need_buffer=("X",),
+)
 def stack(xp, attrs, xs):
     """Out = X[0], X[1], ... (equal shapes) stacked along a new axis ``axis`` of Out.
 
@@ -224,35 +288,52 @@ def _split_sizes(attrs, x):
     axis = normalize_axis(None, attrs["axis"], len(x.shape))
     dim, num, sections = x.shape[axis], attrs["num"], list(attrs["sections"])
     if (num > 0) == bool(sections):
-        raise AttrError(None, "give exactly one of attributes 'num' and 'sections'",
-                        actual=f"num={num}, sections={tuple(sections)}")
+        raise AttrError(
+            None,
+            "give exactly one of attributes 'num' and 'sections'",
+            actual=f"num={num}, sections={tuple(sections)}",
+        )
     if num:
         if dim % num:
-            raise ShapeError(None, f"axis {axis} of extent {dim} cannot be split into {num} "
-                             "equal pieces", expected=f"X.shape[{axis}] divisible by num",
-                             actual=f"X.shape={x.shape}, num={num}")
+            raise ShapeError(
+                None,
+                f"axis {axis} of extent {dim} cannot be split into {num} equal pieces",
+                expected=f"X.shape[{axis}] divisible by num",
+                actual=f"X.shape={x.shape}, num={num}",
+            )
         return axis, [dim // num] * num
     known = sum(s for s in sections if s != -1)
     if sections.count(-1) == 1 and known <= dim:
         sections[sections.index(-1)] = dim - known
     if sum(sections) != dim or any(s < 0 for s in sections):
-        raise ShapeError(None, "attribute 'sections' does not add up to the axis's extent",
-                         expected=f"sizes >= 0 (one may be -1) summing to X.shape[{axis}] == {dim}",
-                         actual=f"sections={attrs['sections']}")
+        raise ShapeError(
+            None,
+            "attribute 'sections' does not add up to the axis's extent",
+            expected=f"sizes >= 0 (one may be -1) summing to X.shape[{axis}] == {dim}",
+            actual=f"sections={attrs['sections']}",
+        )
     return axis, sections
 
 
 def _infer_split(attrs, x):
     axis, sizes = _split_sizes(attrs, x)
-    shapes = [x.shape[:axis] + (size,) + x.shape[axis + 1:] for size in sizes]
+    shapes = [x.shape[:axis] + (size,) + x.shape[axis + 1 :] for size in sizes]
     return ([(shape, x.dtype) for shape in shapes],)
 
 
-@register("split", inputs=("X",), outputs=("Out*",), attrs={
-    "num": Attr("int", 0, check=lambda v: v >= 0, rule=">= 0"),
-    "sections": Attr("ints", ()),
-    "axis": Attr("int", 0),
-}, infer=_infer_split, no_need_buffer=("X",), returns=lambda results: results[0])
+@register(
+    "split",
+    inputs=("X",),
+    outputs=("Out*",),
+    attrs={
+        "num": Attr("int", 0, check=lambda v: v >= 0, rule=">= 0"),
+        "sections": Attr("ints", ()),
+        "axis": Attr("int", 0),
+    },
+    infer=_infer_split,
+    no_need_buffer=("X",),
+    returns=lambda results: results[0],
+)
 def split(xp, attrs, x):
     """Out = X cut along ``axis`` into ``num`` equal pieces or pieces of extents ``sections``
     (one may be -1: the rest); returns a list.
@@ -269,7 +350,9 @@ def _(g):
     from ops.fill import fill_zeros_like
 
     (pieces,), (gouts,) = g.outputs, g.gouts
-    grads = [gout if gout is not None else apply(fill_zeros_like, (piece,), {})
-             for piece, gout in zip(pieces, gouts, strict=True)]
+    grads = [
+        gout if gout is not None else apply(fill_zeros_like, (piece,), {})
+        for piece, gout in zip(pieces, gouts, strict=True)
+    ]
     axis = g.attrs["axis"] % len(g.inputs[0].shape)
     return (apply(concat, (grads,), {"axis": axis}),)

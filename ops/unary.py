@@ -66,11 +66,18 @@ def _(g):
     return (_mul(g.gouts[0], _scale(g.inputs[0], 2.0)),)
 
 
-@register("scale", inputs=("X",), attrs={
-    "scale": Attr("float", 1.0),
-    "bias": Attr("float", 0.0),
-    "bias_after_scale": Attr("bool", True),
-}, infer=same_as_input, elementwise=True, no_need_buffer=("X",))
+@register(
+    "scale",
+    inputs=("X",),
+    attrs={
+        "scale": Attr("float", 1.0),
+        "bias": Attr("float", 0.0),
+        "bias_after_scale": Attr("bool", True),
+    },
+    infer=same_as_input,
+    elementwise=True,
+    no_need_buffer=("X",),
+)
 def scale(xp, attrs, x):
     """Out = scale * X + bias, or scale * (X + bias) when not ``bias_after_scale`` (Paddle).
 
@@ -153,14 +160,23 @@ _CLIP_ATTRS = {"min": Attr("float", None), "max": Attr("float", None)}
 def _infer_clip(attrs, x):
     low, high = attrs["min"], attrs["max"]
     if low is None and high is None:
-        raise AttrError(None, "attributes 'min' and 'max' are both None",
-                        expected="at least one bound")
+        raise AttrError(
+            None, "attributes 'min' and 'max' are both None", expected="at least one bound"
+        )
     if low is not None and high is not None and low > high:
-        raise AttrError(None, "attribute 'min' is greater than 'max'", expected="min <= max",
-                        actual=f"min={low}, max={high}")
+        raise AttrError(
+            None,
+            "attribute 'min' is greater than 'max'",
+            expected="min <= max",
+            actual=f"min={low}, max={high}",
+        )
     if x.dtype.kind not in "iuf":
-        raise DTypeError(None, "input X must hold real numbers",
-                         expected="an integer or floating-point dtype", actual=str(x.dtype))
+        raise DTypeError(
+            None,
+            "input X must hold real numbers",
+            expected="an integer or floating-point dtype",
+            actual=str(x.dtype),
+        )
     return x.shape, x.dtype
 
 
@@ -185,8 +201,9 @@ def _(g):
     return (apply(clip_grad, (g.inputs[0], g.gouts[0]), g.attrs),)
 
 
-@register("clip_grad", inputs=("X", "Out@GRAD"), attrs=_CLIP_ATTRS, infer=_infer_grad,
-          elementwise=True)
+@register(
+    "clip_grad", inputs=("X", "Out@GRAD"), attrs=_CLIP_ATTRS, infer=_infer_grad, elementwise=True
+)
 def clip_grad(xp, attrs, x, gout):
     """X@GRAD = Out@GRAD where min <= X <= max, else 0.
 
@@ -211,8 +228,14 @@ def _infer_cast(attrs, x):
     return x.shape, np.dtype(attrs["out_dtype"])
 
 
-@register("cast", inputs=("X",), attrs={"out_dtype": Attr("dtype", required=True)},
-          infer=_infer_cast, elementwise=True, no_need_buffer=("X",))
+@register(
+    "cast",
+    inputs=("X",),
+    attrs={"out_dtype": Attr("dtype", required=True)},
+    infer=_infer_cast,
+    elementwise=True,
+    no_need_buffer=("X",),
+)
 def cast(xp, attrs, x):
     """Out = X converted to ``out_dtype``.  dX = dOut cast back to X's dtype (floats only).
 

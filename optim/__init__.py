@@ -29,8 +29,23 @@ from optim.rmsprop import RMSProp, RMSprop
 from optim.sgd import SGD, Momentum
 
 __all__ = [
-    "Optimizer", "SGD", "Momentum", "Adam", "AdamW", "RMSProp", "RMSprop", "Adagrad",
-    "ClipGradByValue", "ClipGradByNorm", "ClipGradByGlobalNorm", "L1Decay", "L2Decay",
-    "lr_scheduler", "LRScheduler", "StepDecay", "ExponentialDecay", "CosineAnnealing",
+    "Optimizer",
+    "SGD",
+    "Momentum",
+    "Adam",
+    "AdamW",
+    "RMSProp",
+    "RMSprop",
+    "Adagrad",
+    "ClipGradByValue",
+    "ClipGradByNorm",
+    "ClipGradByGlobalNorm",
+    "L1Decay",
+    "L2Decay",
+    "lr_scheduler",
+    "LRScheduler",
+    "StepDecay",
+    "ExponentialDecay",
+    "CosineAnnealing",
     "LinearWarmup",
 ]

@@ -27,13 +27,21 @@ class Adagrad(Optimizer):
     op_type = "adagrad"
     hyper = ("lr_decay", "eps", "initial_accumulator_value")
 
-    def __init__(self, lr=0.01, lr_decay=0.0, eps=1e-10, initial_accumulator_value=0.0,
-                 weight_decay=0.0, grad_clip=None):
+    def __init__(
+        self,
+        lr=0.01,
+        lr_decay=0.0,
+        eps=1e-10,
+        initial_accumulator_value=0.0,
+        weight_decay=0.0,
+        grad_clip=None,
+    ):
         super().__init__(lr, weight_decay, grad_clip)
         self.lr_decay = check_hyper(self, "lr_decay", lr_decay)
         self.eps = check_hyper(self, "eps", eps)
-        self.initial_accumulator_value = check_hyper(self, "initial_accumulator_value",
-                                                     initial_accumulator_value)
+        self.initial_accumulator_value = check_hyper(
+            self, "initial_accumulator_value", initial_accumulator_value
+        )
 
     def _slots(self, param):
         return {"Moment": (param.shape, param.dtype, self.initial_accumulator_value)}

@@ -10,8 +10,10 @@ from optim.optimizer import Optimizer, check_hyper
 def _betas(optimizer, betas):
     beta1, beta2 = betas
     check = dict(check=lambda v: 0.0 <= v < 1.0)
-    return (check_hyper(optimizer, "betas[0]", beta1, rule="0 <= betas[0] < 1", **check),
-            check_hyper(optimizer, "betas[1]", beta2, rule="0 <= betas[1] < 1", **check))
+    return (
+        check_hyper(optimizer, "betas[0]", beta1, rule="0 <= betas[0] < 1", **check),
+        check_hyper(optimizer, "betas[1]", beta2, rule="0 <= betas[1] < 1", **check),
+    )
 
 
 class Adam(Optimizer):
@@ -39,8 +41,7 @@ class Adam(Optimizer):
     op_type = "adam"
     hyper = ("betas", "eps")
 
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 grad_clip=None):
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, grad_clip=None):
         super().__init__(lr, weight_decay, grad_clip)
         self.betas = _betas(self, betas)
         self.eps = check_hyper(self, "eps", eps)
@@ -48,8 +49,12 @@ class Adam(Optimizer):
     def _slots(self, param):
         like = (param.shape, param.dtype, 0.0)
         float64 = np.dtype(np.float64)
-        return {"Moment1": like, "Moment2": like, "Beta1Pow": ((1,), float64, self.betas[0]),
-                "Beta2Pow": ((1,), float64, self.betas[1])}
+        return {
+            "Moment1": like,
+            "Moment2": like,
+            "Beta1Pow": ((1,), float64, self.betas[0]),
+            "Beta2Pow": ((1,), float64, self.betas[1]),
+        }
 
     def _attrs(self):
         return {"beta1": self.betas[0], "beta2": self.betas[1], "epsilon": self.eps}
@@ -70,8 +75,7 @@ class AdamW(Adam):
     op_type = "adamw"
     hyper = ("betas", "eps", "weight_decay")
 
-    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
-                 grad_clip=None):
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, grad_clip=None):
         super().__init__(lr, betas, eps, 0.0, grad_clip)
         self.weight_decay = check_hyper(self, "weight_decay", weight_decay)
 

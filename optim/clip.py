@@ -11,10 +11,17 @@ from tape.errors import AttrError
 
 
 def _number(owner, name, value, positive=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
-            (positive and not value > 0):
-        raise AttrError(None, f"{owner}: invalid '{name}'",
-                        expected="a number > 0" if positive else "a number", actual=repr(value))
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or (positive and not value > 0)
+    ):
+        raise AttrError(
+            None,
+            f"{owner}: invalid '{name}'",
+            expected="a number > 0" if positive else "a number",
+            actual=repr(value),
+        )
     return float(value)
 
 
@@ -31,8 +38,12 @@ class ClipGradByValue:
         self.min = _number("ClipGradByValue", "min", min)
         self.max = _number("ClipGradByValue", "max", max)
         if self.min > self.max:
-            raise AttrError(None, "ClipGradByValue: min is greater than max",
-                            expected="min <= max", actual=f"min={self.min}, max={self.max}")
+            raise AttrError(
+                None,
+                "ClipGradByValue: min is greater than max",
+                expected="min <= max",
+                actual=f"min={self.min}, max={self.max}",
+            )
 
     def __call__(self, params_grads):
         from ops import clip
@@ -96,8 +107,10 @@ class ClipGradByGlobalNorm:
         squares = [s if s.dtype == dtype else cast(s, out_dtype=dtype) for s in squares]
         total = sqrt(sum(squares))
         coef = elementwise_min(self.max_norm / (total + 1e-6), 1.0)
-        return [(p, g * (coef if g.dtype == dtype else cast(coef, out_dtype=g.dtype.name)))
-                for p, g in params_grads]
+        return [
+            (p, g * (coef if g.dtype == dtype else cast(coef, out_dtype=g.dtype.name)))
+            for p, g in params_grads
+        ]
 
     def __repr__(self):
         return f"ClipGradByGlobalNorm(max_norm={self.max_norm!r})"

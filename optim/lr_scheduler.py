@@ -24,8 +24,9 @@ from tape.errors import AttrError
 
 def _number(owner, name, value, check=lambda v: v >= 0, rule=">= 0"):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not check(value):
-        raise AttrError(None, f"{owner}: invalid '{name}'", expected=f"a number {rule}",
-                        actual=repr(value))
+        raise AttrError(
+            None, f"{owner}: invalid '{name}'", expected=f"a number {rule}", actual=repr(value)
+        )
     return value
 
 
@@ -63,13 +64,18 @@ class LRScheduler:
 
     def state_dict(self):
         """The epoch counter and rates as plain values (nested schedules included)."""
-        return {"type": type(self).__name__, "last_epoch": self.last_epoch,
-                "last_lr": self.last_lr, "base_lr": self.base_lr}
+        return {
+            "type": type(self).__name__,
+            "last_epoch": self.last_epoch,
+            "last_lr": self.last_lr,
+            "base_lr": self.base_lr,
+        }
 
     def load_state_dict(self, state):
         if state.get("type") != type(self).__name__:
-            raise ValueError(f"schedule state is for {state.get('type')!r}, "
-                             f"not {type(self).__name__}")
+            raise ValueError(
+                f"schedule state is for {state.get('type')!r}, not {type(self).__name__}"
+            )
         self.last_epoch, self.base_lr = int(state["last_epoch"]), float(state["base_lr"])
         self.last_lr = float(state["last_lr"])
 
@@ -97,7 +103,7 @@ class ExponentialDecay(LRScheduler):
         super().__init__(lr, last_epoch)
 
     def get_lr(self):
-        return self.base_lr * self.gamma ** self.last_epoch
+        return self.base_lr * self.gamma**self.last_epoch
 
 
 class CosineAnnealing(LRScheduler):
@@ -133,8 +139,9 @@ class LinearWarmup(LRScheduler):
         if hasattr(lr, "scheduler") and hasattr(lr, "lr"):  # an optimizer: wrap its rate
             optimizer, lr = lr, (lr.scheduler or lr.lr)
         self.after = lr if isinstance(lr, LRScheduler) else None
-        self.warmup_steps = int(_number("LinearWarmup", "warmup_steps", warmup_steps,
-                                        lambda v: v > 0, "> 0"))
+        self.warmup_steps = int(
+            _number("LinearWarmup", "warmup_steps", warmup_steps, lambda v: v > 0, "> 0")
+        )
         self.start_lr = float(_number("LinearWarmup", "start_lr", start_lr))
         self.end_lr = float(_number("LinearWarmup", "end_lr", end_lr))
         super().__init__(lr.base_lr if self.after is not None else lr, last_epoch)
@@ -167,5 +174,14 @@ StepLR = StepDecay
 ExponentialLR = ExponentialDecay
 CosineAnnealingLR = CosineAnnealingDecay = CosineAnnealing
 
-__all__ = ["LRScheduler", "StepDecay", "StepLR", "ExponentialDecay", "ExponentialLR",
-           "CosineAnnealing", "CosineAnnealingLR", "CosineAnnealingDecay", "LinearWarmup"]
+__all__ = [
+    "LRScheduler",
+    "StepDecay",
+    "StepLR",
+    "ExponentialDecay",
+    "ExponentialLR",
+    "CosineAnnealing",
+    "CosineAnnealingLR",
+    "CosineAnnealingDecay",
+    "LinearWarmup",
+]

@@ -133,11 +133,15 @@ class Optimizer:
         seen = set()
         for param in params:
             if not isinstance(param, Variable):
-                raise InputError(self.op_type, "optimizers take a list of Variables",
-                                 actual=type(param).__name__)
+                raise InputError(
+                    self.op_type, "optimizers take a list of Variables", actual=type(param).__name__
+                )
             if id(param) in seen:
-                raise InputError(self.op_type, f"{self._describe(param)} appears twice",
-                                 hint="each parameter is updated once per call")
+                raise InputError(
+                    self.op_type,
+                    f"{self._describe(param)} appears twice",
+                    hint="each parameter is updated once per call",
+                )
             seen.add(id(param))
         for param in params:
             if id(param) not in self._position:
@@ -155,14 +159,25 @@ class Optimizer:
 
     def _validate(self, param, grad):
         if param.dtype.kind != "f":
-            raise DTypeError(self.op_type, f"{self._describe(param)} is not floating point",
-                             actual=str(param.dtype))
+            raise DTypeError(
+                self.op_type,
+                f"{self._describe(param)} is not floating point",
+                actual=str(param.dtype),
+            )
         if grad.shape != param.shape:
-            raise ShapeError(self.op_type, f"the gradient of {self._describe(param)} has the "
-                             "wrong shape", expected=str(param.shape), actual=str(grad.shape))
+            raise ShapeError(
+                self.op_type,
+                f"the gradient of {self._describe(param)} has the wrong shape",
+                expected=str(param.shape),
+                actual=str(grad.shape),
+            )
         if grad.dtype != param.dtype:
-            raise DTypeError(self.op_type, f"the gradient of {self._describe(param)} has the "
-                             "wrong dtype", expected=str(param.dtype), actual=str(grad.dtype))
+            raise DTypeError(
+                self.op_type,
+                f"the gradient of {self._describe(param)} has the wrong dtype",
+                expected=str(param.dtype),
+                actual=str(grad.dtype),
+            )
         position = self._position[id(param)]
         if id(param) not in self._state and position in self._pending:
             check_loaded(self, param, self._pending[position], str(position))
@@ -186,8 +201,11 @@ class Optimizer:
         base = param._name or f"param{self._position[id(param)]}"
         variables = {}
         for slot, (shape, dtype, initial) in self._slots(param).items():
-            value = xp.full(shape, initial, dtype) if loaded is None else \
-                xp.array(loaded[slot], dtype=dtype)
+            value = (
+                xp.full(shape, initial, dtype)
+                if loaded is None
+                else xp.array(loaded[slot], dtype=dtype)
+            )
             var = Variable(value, name=f"{base}_{slot}")
             var.persistable = True
             variables[slot] = var
@@ -246,8 +264,7 @@ def _plan(defn, param, state):
     given = []
     for slot in defn.output_slots:
         var = values.get(defn.inplace[slot])
-        given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs
-                     else var)
+        given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs else var)
     slots = defn.input_slots
     return defn, args, slots.index("Grad"), slots.index("LearningRate"), tuple(given)
 
@@ -261,12 +278,20 @@ def check_hyper(optimizer, name, value, check=lambda v: v >= 0.0, rule=None):
     """A float hyper-parameter passing ``check`` (default: >= 0); AttrError otherwise."""
     kind = type(optimizer).__name__
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise AttrError(None, f"{kind}: hyper-parameter '{name}' must be a number",
-                        actual=f"{value!r} ({type(value).__name__})", type_error=True)
+        raise AttrError(
+            None,
+            f"{kind}: hyper-parameter '{name}' must be a number",
+            actual=f"{value!r} ({type(value).__name__})",
+            type_error=True,
+        )
     value = float(value)
     if not check(value):
-        raise AttrError(None, f"{kind}: invalid hyper-parameter '{name}'",
-                        expected=rule or f"{name} >= 0", actual=repr(value))
+        raise AttrError(
+            None,
+            f"{kind}: invalid hyper-parameter '{name}'",
+            expected=rule or f"{name} >= 0",
+            actual=repr(value),
+        )
     return value
 
 
@@ -277,12 +302,18 @@ def check_loaded(optimizer, param, loaded, key):
     slots = optimizer._slots(param)
     names = set(loaded) - {"step", "name"}
     if names != set(slots):
-        raise CheckpointError(None, f"optimizer state for parameter '{key}' has the wrong slots",
-                              expected=str(sorted(slots)), actual=str(sorted(names)))
+        raise CheckpointError(
+            None,
+            f"optimizer state for parameter '{key}' has the wrong slots",
+            expected=str(sorted(slots)),
+            actual=str(sorted(names)),
+        )
     for slot, (shape, dtype, _) in slots.items():
         array = loaded[slot]
         if tuple(array.shape) != tuple(shape) or array.dtype != dtype:
-            raise CheckpointError(None, f"optimizer state '{slot}' of parameter '{key}' does "
-                                  "not match the parameter",
-                                  expected=f"shape {tuple(shape)}, dtype {np.dtype(dtype)}",
-                                  actual=f"shape {tuple(array.shape)}, dtype {array.dtype}")
+            raise CheckpointError(
+                None,
+                f"optimizer state '{slot}' of parameter '{key}' does not match the parameter",
+                expected=f"shape {tuple(shape)}, dtype {np.dtype(dtype)}",
+                actual=f"shape {tuple(array.shape)}, dtype {array.dtype}",
+            )

@@ -17,8 +17,12 @@ class WeightDecayRegularizer:
 
     def __init__(self, coeff=0.0):
         if isinstance(coeff, bool) or not isinstance(coeff, numbers.Real) or not coeff >= 0:
-            raise AttrError(None, f"{type(self).__name__}: invalid 'coeff'",
-                            expected="a number >= 0", actual=repr(coeff))
+            raise AttrError(
+                None,
+                f"{type(self).__name__}: invalid 'coeff'",
+                expected="a number >= 0",
+                actual=repr(coeff),
+            )
         self.coeff = float(coeff)
 
     def regularized(self, param, grad):

@@ -28,11 +28,20 @@ class RMSProp(Optimizer):
     op_type = "rmsprop"
     hyper = ("alpha", "eps", "momentum", "centered")
 
-    def __init__(self, lr=0.01, alpha=0.99, eps=1e-8, momentum=0.0, centered=False,
-                 weight_decay=0.0, grad_clip=None):
+    def __init__(
+        self,
+        lr=0.01,
+        alpha=0.99,
+        eps=1e-8,
+        momentum=0.0,
+        centered=False,
+        weight_decay=0.0,
+        grad_clip=None,
+    ):
         super().__init__(lr, weight_decay, grad_clip)
-        self.alpha = check_hyper(self, "alpha", alpha, check=lambda v: 0.0 <= v < 1.0,
-                                 rule="0 <= alpha < 1")
+        self.alpha = check_hyper(
+            self, "alpha", alpha, check=lambda v: 0.0 <= v < 1.0, rule="0 <= alpha < 1"
+        )
         self.eps = check_hyper(self, "eps", eps)
         self.momentum = check_hyper(self, "momentum", momentum)
         self.centered = bool(centered)
@@ -47,8 +56,12 @@ class RMSProp(Optimizer):
         return slots
 
     def _attrs(self):
-        return {"decay": self.alpha, "epsilon": self.eps, "momentum": self.momentum,
-                "centered": self.centered}
+        return {
+            "decay": self.alpha,
+            "epsilon": self.eps,
+            "momentum": self.momentum,
+            "centered": self.centered,
+        }
 
 
 RMSprop = RMSProp  # PyTorch's spelling

@@ -31,8 +31,11 @@ class SGD(Optimizer):
         self.momentum = check_hyper(self, "momentum", momentum)
         self.nesterov = bool(nesterov)
         if self.nesterov and self.momentum == 0:
-            raise AttrError(None, f"{type(self).__name__}: Nesterov momentum needs momentum > 0",
-                            actual="momentum=0")
+            raise AttrError(
+                None,
+                f"{type(self).__name__}: Nesterov momentum needs momentum > 0",
+                actual="momentum=0",
+            )
 
     @property
     def op_type(self):

@@ -39,8 +39,9 @@ def state_dict(optimizer, params=None):
         entries[keys[pid]] = entry
     if params is None:  # loaded entries still waiting for their parameters
         for pos, entry in optimizer._pending.items():
-            entries[str(pos)] = {k: (v.copy() if isinstance(v, np.ndarray) else v)
-                                 for k, v in entry.items()}
+            entries[str(pos)] = {
+                k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in entry.items()
+            }
     hyper = {name: getattr(optimizer, name) for name in optimizer.hyper}
     hyper = {k: list(v) if isinstance(v, tuple) else v for k, v in hyper.items()}
     scheduler = optimizer.scheduler
@@ -71,8 +72,9 @@ def prepare_load(optimizer, state, params=None):
     kind = type(optimizer).__name__
     if not isinstance(state, dict) or state.get("optimizer") != kind:
         found = state.get("optimizer") if isinstance(state, dict) else type(state).__name__
-        raise _error("optimizer state is for a different optimizer", expected=kind,
-                     actual=repr(found))
+        raise _error(
+            "optimizer state is for a different optimizer", expected=kind, actual=repr(found)
+        )
     probe = _check_hyper(optimizer, state)
     _check_schedule(optimizer.scheduler, state.get("scheduler"))
     keys, named = _keys(optimizer, params)
@@ -81,12 +83,17 @@ def prepare_load(optimizer, state, params=None):
         _check_entry(key, entry)
         if named is not None:
             if key not in named:
-                raise _error(f"optimizer state for parameter '{key}', which is not among the "
-                             "parameters", expected=str(sorted(named)), actual=repr(key))
+                raise _error(
+                    f"optimizer state for parameter '{key}', which is not among the parameters",
+                    expected=str(sorted(named)),
+                    actual=repr(key),
+                )
             param = named[key]
         elif not key.isdigit():
-            raise _error(f"optimizer state key '{key}' is not a position",
-                         hint="state keyed by name loads with params=")
+            raise _error(
+                f"optimizer state key '{key}' is not a position",
+                hint="state keyed by name loads with params=",
+            )
         elif int(key) < len(optimizer._params):
             param = optimizer._params[int(key)]
         else:
@@ -100,13 +107,17 @@ def prepare_load(optimizer, state, params=None):
 
 def _check_entry(key, entry):
     if not isinstance(entry, dict) or not isinstance(entry.get("step"), numbers.Integral):
-        raise _error(f"optimizer state for parameter '{key}' is malformed",
-                     expected="a dict with an integer 'step' and arrays per slot",
-                     actual=repr(type(entry).__name__))
+        raise _error(
+            f"optimizer state for parameter '{key}' is malformed",
+            expected="a dict with an integer 'step' and arrays per slot",
+            actual=repr(type(entry).__name__),
+        )
     for slot, value in entry.items():
         if slot not in ("step", "name") and not isinstance(value, np.ndarray):
-            raise _error(f"optimizer state '{slot}' of parameter '{key}' is not an array",
-                         actual=type(value).__name__)
+            raise _error(
+                f"optimizer state '{slot}' of parameter '{key}' is not an array",
+                actual=type(value).__name__,
+            )
 
 
 def _check_hyper(optimizer, state):
@@ -114,12 +125,17 @@ def _check_hyper(optimizer, state):
     names constructor arguments); returns the probe, whose converted values get applied."""
     hyper = state.get("hyper", {})
     if not isinstance(hyper, dict) or set(hyper) != set(optimizer.hyper):
-        raise _error("optimizer hyper-parameters do not match",
-                     expected=str(sorted(optimizer.hyper)), actual=repr(hyper))
+        raise _error(
+            "optimizer hyper-parameters do not match",
+            expected=str(sorted(optimizer.hyper)),
+            actual=repr(hyper),
+        )
     if (state.get("lr") is None) != (optimizer.scheduler is not None):
-        raise _error("learning rate kind does not match",
-                     expected="a schedule" if optimizer.scheduler else "a constant rate",
-                     actual="a schedule" if state.get("lr") is None else "a constant rate")
+        raise _error(
+            "learning rate kind does not match",
+            expected="a schedule" if optimizer.scheduler else "a constant rate",
+            actual="a schedule" if state.get("lr") is None else "a constant rate",
+        )
     arguments = {k: tuple(v) if isinstance(v, list) else v for k, v in hyper.items()}
     try:
         # the coupled decay (a regularizer), unless it is a hyper-parameter itself (AdamW)
@@ -132,8 +148,11 @@ def _check_hyper(optimizer, state):
 def _check_schedule(scheduler, state):
     while scheduler is not None:
         if not isinstance(state, dict) or state.get("type") != type(scheduler).__name__:
-            raise _error("learning-rate schedule does not match",
-                         expected=type(scheduler).__name__, actual=repr(state))
+            raise _error(
+                "learning-rate schedule does not match",
+                expected=type(scheduler).__name__,
+                actual=repr(state),
+            )
         scheduler, state = getattr(scheduler, "after", None), state.get("after")
 
 

@@ -88,8 +88,9 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     (``tape.replay``): a training loop runs its gradient makers once."""
     _check_loss(loss)
     if tape.lazy and seed is None and not create_graph and wanted is None:
-        return replay.gradients(tape, loss, retain_graph,
-                                lambda: _scan(tape, loss, None, retain_graph, False, None))
+        return replay.gradients(
+            tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
+        )
     return _scan(tape, loss, seed, retain_graph, create_graph, wanted)
 
 
@@ -143,17 +144,23 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
 
 def _check_loss(loss):
     if not isinstance(loss, Variable):
-        raise InputError("backward", "loss must be a Variable", actual=type(loss).__name__,
-                         location=user_location())
+        raise InputError(
+            "backward",
+            "loss must be a Variable",
+            actual=type(loss).__name__,
+            location=user_location(),
+        )
     if loss._released:
         raise GraphError(
-            "backward", f"the ops that produced '{loss.name}' were released by an earlier backward",
+            "backward",
+            f"the ops that produced '{loss.name}' were released by an earlier backward",
             hint="pass retain_graph=True to the first backward to differentiate twice",
             location=user_location(),
         )
     if not loss.requires_grad:
         raise GraphError(
-            "backward", f"'{loss.name}' does not require a gradient",
+            "backward",
+            f"'{loss.name}' does not require a gradient",
             hint="no input of its ops requires a gradient (or they ran under no_grad)",
             location=user_location(),
         )
@@ -162,16 +169,25 @@ def _check_loss(loss):
 def _seed_grad(loss, seed):
     if seed is None:
         if loss.size != 1:
-            raise GraphError("backward", "an implicit gradient needs a loss with one element",
-                             expected="loss.size == 1", actual=f"shape {loss.shape}",
-                             hint="pass grad= with the loss's shape", location=user_location())
+            raise GraphError(
+                "backward",
+                "an implicit gradient needs a loss with one element",
+                expected="loss.size == 1",
+                actual=f"shape {loss.shape}",
+                hint="pass grad= with the loss's shape",
+                location=user_location(),
+            )
         return REGISTRY["fill_ones_like"](loss)
     if not isinstance(seed, Variable):
         seed = Variable(seed, dtype=loss.dtype)
     if seed.shape != loss.shape:
-        raise GraphError("backward", "grad must have the loss's shape",
-                         expected=str(loss.shape), actual=str(seed.shape),
-                         location=user_location())
+        raise GraphError(
+            "backward",
+            "grad must have the loss's shape",
+            expected=str(loss.shape),
+            actual=str(seed.shape),
+            location=user_location(),
+        )
     return seed
 
 
@@ -217,8 +233,12 @@ def _run_grad_maker(op, gouts, pending):
 
 def _accumulate(op, var, g, pending):
     if g.shape != var.shape:
-        raise GraphError(op.type, f"gradient maker returned a gradient of the wrong shape for "
-                         f"'{var.name}'", expected=str(var.shape), actual=str(g.shape))
+        raise GraphError(
+            op.type,
+            f"gradient maker returned a gradient of the wrong shape for '{var.name}'",
+            expected=str(var.shape),
+            actual=str(g.shape),
+        )
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]
@@ -259,12 +279,16 @@ def _total(item):
 
 def _unreachable(var):
     if var._released:
-        return GraphError("backward", f"gradient reached '{var.name}', whose ops were released "
-                          "by an earlier backward",
-                          hint="pass retain_graph=True to the first backward")
-    return GraphError("backward", f"gradient reached '{var.name}', which this tape did not record",
-                      hint="it was recorded on another tape (was reset_global_tape called "
-                      "in between?)")
+        return GraphError(
+            "backward",
+            f"gradient reached '{var.name}', whose ops were released by an earlier backward",
+            hint="pass retain_graph=True to the first backward",
+        )
+    return GraphError(
+        "backward",
+        f"gradient reached '{var.name}', which this tape did not record",
+        hint="it was recorded on another tape (was reset_global_tape called in between?)",
+    )
 
 
 class _mode:

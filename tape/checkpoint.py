@@ -53,8 +53,11 @@ def named_variables(source):
     elif isinstance(source, dict):
         pairs = list(source.items())
     elif isinstance(source, Variable) or not hasattr(source, "__iter__"):
-        raise InputError(None, "checkpoints take a layer, a dict name -> Variable or a list of "
-                         "Variables", actual=type(source).__name__)
+        raise InputError(
+            None,
+            "checkpoints take a layer, a dict name -> Variable or a list of Variables",
+            actual=type(source).__name__,
+        )
     else:
         variables = list(source)
         names = [getattr(v, "_name", None) for v in variables]
@@ -64,8 +67,11 @@ def named_variables(source):
     named = {}
     for name, var in pairs:
         if not isinstance(name, str) or not isinstance(var, Variable):
-            raise InputError(None, "checkpoint entries must be str names of Variables",
-                             actual=f"{name!r}: {type(var).__name__}")
+            raise InputError(
+                None,
+                "checkpoint entries must be str names of Variables",
+                actual=f"{name!r}: {type(var).__name__}",
+            )
         if name in named and named[name] is not var:
             raise InputError(None, f"two different Variables are both named '{name}'")
         named[name] = var
@@ -88,8 +94,11 @@ class _Arrays:
             array = array.astype(array.dtype.newbyteorder("="))
         key = f"a{len(self.arrays)}"
         self.arrays[key] = array
-        self.table[key] = {"shape": list(array.shape), "dtype": array.dtype.name,
-                           "sha256": _digest(array)}
+        self.table[key] = {
+            "shape": list(array.shape),
+            "dtype": array.dtype.name,
+            "sha256": _digest(array),
+        }
         return key
 
 
@@ -107,8 +116,11 @@ def _encode(value, arrays, where="optimizer"):
         return value.item()
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise InputError(None, f"cannot store a {type(value).__name__} at {where}",
-                     hint="state dicts hold arrays and plain Python values")
+    raise InputError(
+        None,
+        f"cannot store a {type(value).__name__} at {where}",
+        hint="state dicts hold arrays and plain Python values",
+    )
 
 
 def save(path, params, optimizer=None):
@@ -119,8 +131,13 @@ def save(path, params, optimizer=None):
     arrays = _Arrays()
     entries = [{"name": name, "key": arrays.add(var.value())} for name, var in named.items()]
     state = None if optimizer is None else _encode(optimizer.state_dict(named), arrays)
-    manifest = {"format": FORMAT, "version": VERSION, "arrays": arrays.table,
-                "params": entries, "optimizer": state}
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "arrays": arrays.table,
+        "params": entries,
+        "optimizer": state,
+    }
     members = dict(arrays.arrays)
     members[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode("utf-8"), np.uint8)
     _write_atomic(os.fspath(path), members)
@@ -175,8 +192,11 @@ def load(path, params, optimizer=None, strict=True):
 
 
 def _corrupted(path, err):
-    return CheckpointError(None, f"checkpoint '{path}' is truncated or corrupted",
-                           actual=f"{type(err).__name__}: {err}")
+    return CheckpointError(
+        None,
+        f"checkpoint '{path}' is truncated or corrupted",
+        actual=f"{type(err).__name__}: {err}",
+    )
 
 
 def _read(path):
@@ -184,30 +204,45 @@ def _read(path):
     try:
         with np.load(path, allow_pickle=False) as archive:
             if _MANIFEST not in archive.files:
-                raise CheckpointError(None, f"'{path}' is not a fluidtape checkpoint",
-                                      expected=f"a '{_MANIFEST}' member",
-                                      actual=f"members {archive.files[:5]}")
+                raise CheckpointError(
+                    None,
+                    f"'{path}' is not a fluidtape checkpoint",
+                    expected=f"a '{_MANIFEST}' member",
+                    actual=f"members {archive.files[:5]}",
+                )
             manifest = json.loads(archive[_MANIFEST].tobytes().decode("utf-8"))
             _check_manifest(path, manifest)
             arrays = {key: archive[key] for key in manifest["arrays"]}
     except (CheckpointError, FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     # Damaged bytes surface as any of these, from zipfile, the .npy reader, UTF-8 or JSON.
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError, UnicodeDecodeError,
-            NotImplementedError) as err:
+    except (
+        zipfile.BadZipFile,
+        ValueError,
+        OSError,
+        EOFError,
+        KeyError,
+        UnicodeDecodeError,
+        NotImplementedError,
+    ) as err:
         raise _corrupted(path, err) from err
     labels = {entry["key"]: f"parameter '{entry['name']}'" for entry in manifest["params"]}
     for key, info in manifest["arrays"].items():
         array, label = arrays[key], labels.get(key, f"optimizer state array '{key}'")
         if list(array.shape) != info["shape"] or array.dtype != np.dtype(info["dtype"]):
-            raise CheckpointError(None, f"checkpoint '{path}' is corrupted: {label} does not "
-                                  "match the manifest",
-                                  expected=f"shape {tuple(info['shape'])}, dtype {info['dtype']}",
-                                  actual=f"shape {array.shape}, dtype {array.dtype}")
+            raise CheckpointError(
+                None,
+                f"checkpoint '{path}' is corrupted: {label} does not match the manifest",
+                expected=f"shape {tuple(info['shape'])}, dtype {info['dtype']}",
+                actual=f"shape {array.shape}, dtype {array.dtype}",
+            )
         if _digest(array) != info["sha256"]:
-            raise CheckpointError(None, f"checkpoint '{path}' is corrupted: checksum mismatch "
-                                  f"for {label}", expected=f"SHA-256 {info['sha256']}",
-                                  actual=f"SHA-256 {_digest(array)}")
+            raise CheckpointError(
+                None,
+                f"checkpoint '{path}' is corrupted: checksum mismatch for {label}",
+                expected=f"SHA-256 {info['sha256']}",
+                actual=f"SHA-256 {_digest(array)}",
+            )
     return manifest, arrays
 
 
@@ -219,23 +254,29 @@ def _check_manifest(path, manifest):
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise malformed(f"format {found!r}, expected {FORMAT!r}")
     if manifest.get("version") != VERSION:
-        raise CheckpointError(None, f"checkpoint '{path}' has an unsupported format version",
-                              expected=str(VERSION), actual=repr(manifest.get("version")))
+        raise CheckpointError(
+            None,
+            f"checkpoint '{path}' has an unsupported format version",
+            expected=str(VERSION),
+            actual=repr(manifest.get("version")),
+        )
     table, params = manifest.get("arrays"), manifest.get("params")
     if not isinstance(table, dict) or not isinstance(params, list):
         raise malformed("no 'arrays' table or 'params' list")
     for key, info in table.items():
         try:
-            ok = isinstance(info["sha256"], str) and all(isinstance(d, int) for d in
-                                                         info["shape"])
+            ok = isinstance(info["sha256"], str) and all(isinstance(d, int) for d in info["shape"])
             np.dtype(info["dtype"])
         except (KeyError, TypeError) as err:
             raise malformed(f"array '{key}': {err!r}") from None
         if not ok:
             raise malformed(f"array '{key}': {info!r}")
     for entry in params:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or \
-                entry.get("key") not in table:
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("name"), str)
+            or entry.get("key") not in table
+        ):
             raise malformed(f"parameter entry {entry!r}")
 
 
@@ -244,25 +285,34 @@ def _match(path, named, stored, strict):
     missing = [name for name in named if name not in stored]
     unexpected = [name for name in stored if name not in named]
     if missing and strict:
-        raise CheckpointError(None, f"parameter '{missing[0]}' is missing from checkpoint "
-                              f"'{path}'", expected=f"names {sorted(named)}",
-                              actual=f"names {sorted(stored)}",
-                              hint=f"missing: {missing}; strict=False loads the others")
+        raise CheckpointError(
+            None,
+            f"parameter '{missing[0]}' is missing from checkpoint '{path}'",
+            expected=f"names {sorted(named)}",
+            actual=f"names {sorted(stored)}",
+            hint=f"missing: {missing}; strict=False loads the others",
+        )
     if unexpected and strict:
-        raise CheckpointError(None, f"checkpoint '{path}' has parameter '{unexpected[0]}', "
-                              "which is not among the parameters",
-                              expected=f"names {sorted(named)}", actual=f"names {sorted(stored)}",
-                              hint=f"unexpected: {unexpected}; strict=False ignores them")
+        raise CheckpointError(
+            None,
+            f"checkpoint '{path}' has parameter '{unexpected[0]}', "
+            "which is not among the parameters",
+            expected=f"names {sorted(named)}",
+            actual=f"names {sorted(stored)}",
+            hint=f"unexpected: {unexpected}; strict=False ignores them",
+        )
     targets = []
     for name, var in named.items():
         if name not in stored:
             continue
         array = stored[name]
         if tuple(array.shape) != tuple(var.shape) or array.dtype != var.dtype:
-            raise CheckpointError(None, f"parameter '{name}' does not match checkpoint "
-                                  f"'{path}'", expected=f"shape {tuple(var.shape)}, dtype "
-                                  f"{var.dtype} (the parameter)", actual=f"shape "
-                                  f"{tuple(array.shape)}, dtype {array.dtype} (the checkpoint)")
+            raise CheckpointError(
+                None,
+                f"parameter '{name}' does not match checkpoint '{path}'",
+                expected=f"shape {tuple(var.shape)}, dtype {var.dtype} (the parameter)",
+                actual=f"shape {tuple(array.shape)}, dtype {array.dtype} (the checkpoint)",
+            )
         buffer = var.value()
         writable = getattr(getattr(buffer, "flags", None), "writeable", True)
         targets.append((var, buffer if writable else None, array))
@@ -281,13 +331,17 @@ def _decode(value, arrays):
 
 def _prepare_optimizer(path, manifest, arrays, optimizer, named, strict):
     if manifest.get("optimizer") is None:
-        raise CheckpointError(None, f"checkpoint '{path}' holds no optimizer state",
-                              hint="save it with tape.save(path, params, optimizer)")
+        raise CheckpointError(
+            None,
+            f"checkpoint '{path}' holds no optimizer state",
+            hint="save it with tape.save(path, params, optimizer)",
+        )
     try:
         state = _decode(manifest["optimizer"], arrays)
     except (KeyError, TypeError) as err:
-        raise CheckpointError(None, f"checkpoint '{path}' has malformed optimizer state",
-                              actual=repr(err)) from None
+        raise CheckpointError(
+            None, f"checkpoint '{path}' has malformed optimizer state", actual=repr(err)
+        ) from None
     if not strict and isinstance(state.get("state"), dict):
         state["state"] = {k: v for k, v in state["state"].items() if k in named}
     return optimizer.prepare_load(state, named)

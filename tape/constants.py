@@ -20,8 +20,11 @@ def constant(scalar, like=None):
     """A 0-d constant Variable for ``scalar``, typed after the Variable ``like`` (weakly)."""
     xp = np
     if like is not None and like.dtype is not None:
-        dtype = np.result_type(like.dtype, scalar) if type(scalar) in (bool, int, float) \
+        dtype = (
+            np.result_type(like.dtype, scalar)
+            if type(scalar) in (bool, int, float)
             else np.result_type(like.dtype, np.asarray(scalar).dtype)
+        )
         if like._value is not None:
             xp = array_module(like._value)
     else:
@@ -41,11 +44,15 @@ def as_variable(value, like=None, op=None, slot=None):
         return value
     if isinstance(value, _SCALARS):
         return constant(value, like)
-    if hasattr(value, "__array_interface__") or hasattr(value, "__cuda_array_interface__") \
-            or isinstance(value, (list, tuple)):
+    if (
+        hasattr(value, "__array_interface__")
+        or hasattr(value, "__cuda_array_interface__")
+        or isinstance(value, (list, tuple))
+    ):
         return Variable(as_array(value))
-    raise InputError(op, f"input '{slot}' must be a Variable, an array or a number",
-                     actual=type(value).__name__)
+    raise InputError(
+        op, f"input '{slot}' must be a Variable, an array or a number", actual=type(value).__name__
+    )
 
 
 def as_inputs(defn, inputs):
@@ -57,13 +64,17 @@ def as_inputs(defn, inputs):
         value = inputs[i] if i < len(inputs) else None
         if value is None:
             if slot not in defn.optional_inputs:
-                raise InputError(defn.type, f"missing input '{slot}'",
-                                 hint=f"inputs are {', '.join(slots)}")
+                raise InputError(
+                    defn.type, f"missing input '{slot}'", hint=f"inputs are {', '.join(slots)}"
+                )
             args.append(None)
         elif slot in defn.duplicable_inputs:
             if isinstance(value, Variable) or not isinstance(value, (list, tuple)):
-                raise InputError(defn.type, f"input '{slot}' takes a list of Variables",
-                                 actual=type(value).__name__)
+                raise InputError(
+                    defn.type,
+                    f"input '{slot}' takes a list of Variables",
+                    actual=type(value).__name__,
+                )
             args.append([as_variable(v, like, defn.type, slot) for v in value])
         else:
             args.append(as_variable(value, like, defn.type, slot))

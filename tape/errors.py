@@ -40,8 +40,9 @@ def user_location(skip=1):
             _formatted.clear()
             _inside.clear()
             _inside[id(code)] = (False, code)  # holds the code object the new key names
-        text = _formatted[key] = \
+        text = _formatted[key] = (
             f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+        )
     return text
 
 
@@ -55,8 +56,17 @@ _inside, _formatted = {}, {}
 class FluidError(Exception):
     """Base of the library's errors; carries the op, the headline, expected/actual and a hint."""
 
-    def __init__(self, op=None, headline="", expected=None, actual=None, hint=None,
-                 name=None, location=None, type_error=False):
+    def __init__(
+        self,
+        op=None,
+        headline="",
+        expected=None,
+        actual=None,
+        hint=None,
+        name=None,
+        location=None,
+        type_error=False,
+    ):
         self.op, self.headline, self.expected, self.actual = op, headline, expected, actual
         self.hint, self.name, self.location = hint, name, location
         super().__init__(self.message())

@@ -67,18 +67,30 @@ class Executor:
 
     def _compile(self, program, feed_names, fetch_list, targets):
         fetch_names = _fetch_names(program, fetch_list)
-        op_targets = _op_targets(program, list(targets) + [f for f in fetch_list
-                                                           if isinstance(f, OpDesc)])
+        op_targets = _op_targets(
+            program, list(targets) + [f for f in fetch_list if isinstance(f, OpDesc)]
+        )
         full = with_feed_fetch(program, feed_names, fetch_names, op_targets)
         form, order = canonical_form(full.global_block())
-        key = ("executor", json.dumps(form, default=repr), tuple(feed_names), tuple(fetch_names),
-               self.place, self.exact)
+        key = (
+            "executor",
+            json.dumps(form, default=repr),
+            tuple(feed_names),
+            tuple(fetch_names),
+            self.place,
+            self.exact,
+        )
         compiled = self.cache.get(key)
         if compiled is None:
             keep = [f"fetch@{name}" for name in fetch_names]
-            compiled = pipeline.schedule(pipeline.analyse(full), keep,
-                                         {name: i for i, name in enumerate(order)}, len(order),
-                                         self.xp, exact=self.exact)
+            compiled = pipeline.schedule(
+                pipeline.analyse(full),
+                keep,
+                {name: i for i, name in enumerate(order)},
+                len(order),
+                self.xp,
+                exact=self.exact,
+            )
             self.cache.put(key, compiled)
         return compiled, full, order
 
@@ -86,20 +98,30 @@ class Executor:
         desc = full.global_block().vars[name]
         if name.startswith("feed@"):
             if name[5:] not in feed:
-                raise InputError("feed", f"no value was fed for '{name[5:]}'",
-                                 hint="the program reads it: pass it in feed={...}")
+                raise InputError(
+                    "feed",
+                    f"no value was fed for '{name[5:]}'",
+                    hint="the program reads it: pass it in feed={...}",
+                )
             value = self.xp.asarray(feed[name[5:]], dtype=desc.dtype)
             if tuple(value.shape) != tuple(desc.shape):
-                raise InputError("feed", f"fed value for '{name[5:]}' has the wrong shape",
-                                 expected=str(tuple(desc.shape)), actual=str(value.shape))
+                raise InputError(
+                    "feed",
+                    f"fed value for '{name[5:]}' has the wrong shape",
+                    expected=str(tuple(desc.shape)),
+                    actual=str(value.shape),
+                )
             return value
         if scope is not None and name in scope:
             return scope[name]
         bound = program.bindings.get(name)
         if bound is not None:
             return bound.value()
-        raise GraphError(None, f"variable '{name}' has no value",
-                         hint="feed it, or pass a scope holding it (a parameter)")
+        raise GraphError(
+            None,
+            f"variable '{name}' has no value",
+            hint="feed it, or pass a scope holding it (a parameter)",
+        )
 
     def _write_back(self, compiled, full, order, vals, program, scope):
         block = full.global_block()
@@ -130,8 +152,7 @@ def _op_targets(program, targets):
         if isinstance(target, int):
             found = target if 0 <= target < len(ops) else None
         else:
-            found = next((i for i, op in enumerate(ops) if op is target or op.name == target),
-                         None)
+            found = next((i for i, op in enumerate(ops) if op is target or op.name == target), None)
         if found is None:
             raise GraphError(None, f"target {target!r} is not an op of this program")
         indices.append(found)
@@ -153,27 +174,47 @@ def with_feed_fetch(program, feed_names, fetch_names, op_targets=()) -> Program:
         if name not in variables:
             raise InputError("feed", f"the program has no variable '{name}' to feed")
         if name in writers:
-            raise InputError("feed", f"cannot feed '{name}': op '{writers[name].name}' computes "
-                             "it", hint="feed the program's inputs")
+            raise InputError(
+                "feed",
+                f"cannot feed '{name}': op '{writers[name].name}' computes it",
+                hint="feed the program's inputs",
+            )
         if name not in present:
             var = variables[name]
             variables[f"feed@{name}"] = VarDesc(f"feed@{name}", var.shape, var.dtype)
-            feeds.append(OpDesc("feed", {"X": [f"feed@{name}"]}, {"Out": [name]}, {"name": name},
-                                name=f"feed_{name}"))
+            feeds.append(
+                OpDesc(
+                    "feed",
+                    {"X": [f"feed@{name}"]},
+                    {"Out": [name]},
+                    {"name": name},
+                    name=f"feed_{name}",
+                )
+            )
     for name in fetch_names:
         if name not in variables:
             raise GraphError("fetch", f"the program has no variable '{name}' to fetch")
-        existing = next((i for i, op in enumerate(ops) if op.type == "fetch" and
-                         op.inputs["X"] == [name]), None)
+        existing = next(
+            (i for i, op in enumerate(ops) if op.type == "fetch" and op.inputs["X"] == [name]), None
+        )
         if existing is not None:
             ops[existing] = dataclasses.replace(ops[existing], is_target=True)
             continue
         var = variables[name]
         variables[f"fetch@{name}"] = VarDesc(f"fetch@{name}", var.shape, var.dtype)
-        ops.append(OpDesc("fetch", {"X": [name]}, {"Out": [f"fetch@{name}"]}, {"name": name},
-                          True, f"fetch_{name}"))
-    return Program([Block(variables, feeds + ops, block.idx)] + program.blocks[1:],
-                   program.bindings)
+        ops.append(
+            OpDesc(
+                "fetch",
+                {"X": [name]},
+                {"Out": [f"fetch@{name}"]},
+                {"name": name},
+                True,
+                f"fetch_{name}",
+            )
+        )
+    return Program(
+        [Block(variables, feeds + ops, block.idx)] + program.blocks[1:], program.bindings
+    )
 
 
 def save_inference_program(dirname, program, feed_names, fetch_list, scope=None):
@@ -187,14 +228,20 @@ def save_inference_program(dirname, program, feed_names, fetch_list, scope=None)
     block = full.global_block()
     block.ops = [dataclasses.replace(op, is_target=op.type == "fetch") for op in block.ops]
     pruned = prune(full).program
-    pruned.global_block().ops = [dataclasses.replace(op, is_target=False, location=None)
-                                 for op in pruned.global_block().ops]
+    pruned.global_block().ops = [
+        dataclasses.replace(op, is_target=False, location=None) for op in pruned.global_block().ops
+    ]
     written = {n for op in pruned.global_block().ops for n in op.output_names()}
-    needed = [n for op in pruned.global_block().ops for n in op.input_names()
-              if n not in written and not n.startswith("feed@")]
+    needed = [
+        n
+        for op in pruned.global_block().ops
+        for n in op.input_names()
+        if n not in written and not n.startswith("feed@")
+    ]
     executor = Executor()
-    params = {n: to_numpy(executor._value(n, full, program, {}, scope)) for n in
-              dict.fromkeys(needed)}
+    params = {
+        n: to_numpy(executor._value(n, full, program, {}, scope)) for n in dict.fromkeys(needed)
+    }
     os.makedirs(dirname, exist_ok=True)
     with open(os.path.join(dirname, "program.json"), "w") as handle:
         handle.write(pruned.to_text())

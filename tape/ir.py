@@ -84,8 +84,13 @@ class Block:
 
     def create_var(self, name, shape, dtype, persistable=False, requires_grad=False):
         """Declares a variable (e.g. a parameter or a feed target) and returns its VarDesc."""
-        desc = VarDesc(name, tuple(int(d) for d in shape), np.dtype(dtype).name, bool(persistable),
-                       bool(requires_grad))
+        desc = VarDesc(
+            name,
+            tuple(int(d) for d in shape),
+            np.dtype(dtype).name,
+            bool(persistable),
+            bool(requires_grad),
+        )
         self.vars[name] = desc
         return desc
 
@@ -167,8 +172,11 @@ class Program:
         for name, bound in self.bindings.items():
             if bound is var:
                 return name
-        raise GraphError(None, f"variable '{var.name}' is not used by this program",
-                         hint="fetch a variable recorded on the tape the program came from")
+        raise GraphError(
+            None,
+            f"variable '{var.name}' is not used by this program",
+            hint="fetch a variable recorded on the tape the program came from",
+        )
 
 
 def from_ops(ops, names=None):
@@ -188,16 +196,22 @@ def from_ops(ops, names=None):
         if name is None:
             name = given.get(key) or _unique(var._name or "tmp", block.vars)
             seen[key] = name
-            block.vars[name] = VarDesc(name, tuple(var.shape), var.dtype.name,
-                                       bool(var.persistable), bool(var.requires_grad))
+            block.vars[name] = VarDesc(
+                name,
+                tuple(var.shape),
+                var.dtype.name,
+                bool(var.persistable),
+                bool(var.requires_grad),
+            )
             program.bindings[name] = var
         return name
 
     for op in ops:
         inputs = _slots(op.defn.input_slots, op.args, name_for)
         outputs = _slots(op.defn.output_slots, op.results, name_for)
-        block.ops.append(OpDesc(op.defn.type, inputs, outputs, freeze(op.attrs), False, op.name,
-                                op.location))
+        block.ops.append(
+            OpDesc(op.defn.type, inputs, outputs, freeze(op.attrs), False, op.name, op.location)
+        )
     return program
 
 

@@ -43,22 +43,27 @@ def to_text(program) -> str:
     """The program as text (see the module docstring)."""
     blocks = []
     for block in program.blocks:
-        var_lines = ",\n".join("  " + _dumps({k: getattr(v, k) for k in _VAR_KEYS})
-                               for v in block.vars.values())
-        op_lines = ",\n".join("  " + _dumps({k: getattr(op, k) for k in _OP_KEYS})
-                              for op in block.ops)
+        var_lines = ",\n".join(
+            "  " + _dumps({k: getattr(v, k) for k in _VAR_KEYS}) for v in block.vars.values()
+        )
+        op_lines = ",\n".join(
+            "  " + _dumps({k: getattr(op, k) for k in _OP_KEYS}) for op in block.ops
+        )
         blocks.append(f' {{"idx": {block.idx}, "vars": [\n{var_lines}],\n "ops": [\n{op_lines}]}}')
-    return f'{{"format": "{FORMAT}", "version": {VERSION}, "blocks": [\n' + \
-        ",\n".join(blocks) + "]}\n"
+    return (
+        f'{{"format": "{FORMAT}", "version": {VERSION}, "blocks": [\n' + ",\n".join(blocks) + "]}\n"
+    )
 
 
 def _dumps(value):
     try:
         return json.dumps(value, allow_nan=True)
     except TypeError as err:
-        raise ProgramFormatError(None, f"cannot write an attribute as text: {err}",
-                                 hint="attributes must be numbers, strings, bools, None or "
-                                 "lists of them") from None
+        raise ProgramFormatError(
+            None,
+            f"cannot write an attribute as text: {err}",
+            hint="attributes must be numbers, strings, bools, None or lists of them",
+        ) from None
 
 
 def from_text(text) -> Program:
@@ -70,8 +75,12 @@ def from_text(text) -> Program:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ProgramFormatError(None, "not a program text", expected=f'"format": "{FORMAT}"')
     if doc.get("version") != VERSION:
-        raise ProgramFormatError(None, "unsupported program text version",
-                                 expected=str(VERSION), actual=repr(doc.get("version")))
+        raise ProgramFormatError(
+            None,
+            "unsupported program text version",
+            expected=str(VERSION),
+            actual=repr(doc.get("version")),
+        )
     blocks = [_block(b) for b in _field(doc, "blocks", list, "the program")]
     program = Program(blocks)
     validate(program)
@@ -81,8 +90,12 @@ def from_text(text) -> Program:
 def _field(doc, key, kind, where):
     value = doc.get(key) if isinstance(doc, dict) else None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ProgramFormatError(None, f"{where}: field '{key}' is missing or has the wrong type",
-                                 expected=kind.__name__, actual=repr(value))
+        raise ProgramFormatError(
+            None,
+            f"{where}: field '{key}' is missing or has the wrong type",
+            expected=kind.__name__,
+            actual=repr(value),
+        )
     return value
 
 
@@ -102,16 +115,22 @@ def _var(doc):
     _no_unknown_keys(doc, _VAR_KEYS, where)
     shape = _field(doc, "shape", list, where)
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise ProgramFormatError(None, f"{where}: shape must hold non-negative ints",
-                                 actual=repr(shape))
+        raise ProgramFormatError(
+            None, f"{where}: shape must hold non-negative ints", actual=repr(shape)
+        )
     try:
         dtype = canonical_dtype(_field(doc, "dtype", str, where))
     except TypeError:
-        raise ProgramFormatError(None, f"{where}: unknown dtype", actual=repr(doc["dtype"])) \
-            from None
-    return VarDesc(_field(doc, "name", str, where), tuple(shape), dtype,
-                   _field(doc, "persistable", bool, where),
-                   _field(doc, "requires_grad", bool, where))
+        raise ProgramFormatError(
+            None, f"{where}: unknown dtype", actual=repr(doc["dtype"])
+        ) from None
+    return VarDesc(
+        _field(doc, "name", str, where),
+        tuple(shape),
+        dtype,
+        _field(doc, "persistable", bool, where),
+        _field(doc, "requires_grad", bool, where),
+    )
 
 
 def _op(doc, index):
@@ -120,18 +139,24 @@ def _op(doc, index):
     location = doc.get("location")
     if location is not None and not isinstance(location, str):
         raise ProgramFormatError(None, f"{where}: field 'location' must be a string or null")
-    return OpDesc(_field(doc, "type", str, where), _slot_map(doc, "inputs", where),
-                  _slot_map(doc, "outputs", where), _field(doc, "attrs", dict, where),
-                  _field(doc, "is_target", bool, where), _field(doc, "name", str, where),
-                  location)
+    return OpDesc(
+        _field(doc, "type", str, where),
+        _slot_map(doc, "inputs", where),
+        _slot_map(doc, "outputs", where),
+        _field(doc, "attrs", dict, where),
+        _field(doc, "is_target", bool, where),
+        _field(doc, "name", str, where),
+        location,
+    )
 
 
 def _slot_map(doc, key, where):
     value = _field(doc, key, dict, where)
     for slot, names in value.items():
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ProgramFormatError(None, f"{where}: {key} slot '{slot}' must list variable "
-                                     "names", actual=repr(names))
+            raise ProgramFormatError(
+                None, f"{where}: {key} slot '{slot}' must list variable names", actual=repr(names)
+            )
     return value
 
 
@@ -140,8 +165,9 @@ def _no_unknown_keys(doc, keys, where):
         raise ProgramFormatError(None, f"{where} must be an object", actual=repr(doc))
     unknown = sorted(set(doc) - set(keys))
     if unknown:
-        raise ProgramFormatError(None, f"{where}: unknown field '{unknown[0]}'",
-                                 hint=f"fields are {', '.join(keys)}")
+        raise ProgramFormatError(
+            None, f"{where}: unknown field '{unknown[0]}'", hint=f"fields are {', '.join(keys)}"
+        )
 
 
 def validate(program):
@@ -153,8 +179,9 @@ def validate(program):
             except FluidError as err:
                 if isinstance(err, ProgramFormatError):
                     raise err.with_context(name=op.name or None, op=op.type) from None
-                raise ProgramFormatError(op.type, err.headline, err.expected, err.actual,
-                                         err.hint, name=op.name or None) from None
+                raise ProgramFormatError(
+                    op.type, err.headline, err.expected, err.actual, err.hint, name=op.name or None
+                ) from None
     return program
 
 
@@ -164,41 +191,59 @@ def _check_op(op, block):
         import difflib
 
         close = difflib.get_close_matches(op.type, REGISTRY, n=3)
-        raise ProgramFormatError(op.type, "unknown op type",
-                                 hint=f"did you mean {', '.join(close)}?" if close else None)
+        raise ProgramFormatError(
+            op.type, "unknown op type", hint=f"did you mean {', '.join(close)}?" if close else None
+        )
     op.attrs = freeze(defn.check_attrs(op.attrs))
     _check_slots(defn, op.inputs, defn.input_slots, defn.duplicable_inputs, "input", block)
     _check_slots(defn, op.outputs, defn.output_slots, defn.duplicable_outputs, "output", block)
     missing = [s for s in defn.input_slots if s not in op.inputs and s not in defn.optional_inputs]
     if missing:
         raise ProgramFormatError(None, f"missing input '{missing[0]}'")
-    args = [None if s not in op.inputs else
-            ([_Described(block.vars[n]) for n in op.inputs[s]] if s in defn.duplicable_inputs
-             else _Described(block.vars[op.inputs[s][0]])) for s in defn.input_slots]
+    args = [
+        None
+        if s not in op.inputs
+        else (
+            [_Described(block.vars[n]) for n in op.inputs[s]]
+            if s in defn.duplicable_inputs
+            else _Described(block.vars[op.inputs[s][0]])
+        )
+        for s in defn.input_slots
+    ]
     for slot, desc in zip(defn.output_slots, infer_outputs(defn, op.attrs, args), strict=True):
         descs = desc if isinstance(desc, list) else [desc]
         for name, (shape, dtype) in zip(op.outputs.get(slot, ()), descs, strict=False):
             declared = block.vars[name]
             if tuple(declared.shape) != tuple(shape) or declared.dtype != np.dtype(dtype).name:
                 raise ProgramFormatError(
-                    None, f"output '{name}' is declared with another shape or dtype than the op "
-                    "infers", expected=f"{tuple(shape)} {np.dtype(dtype).name}",
-                    actual=f"{tuple(declared.shape)} {declared.dtype}")
+                    None,
+                    f"output '{name}' is declared with another shape or dtype than the op infers",
+                    expected=f"{tuple(shape)} {np.dtype(dtype).name}",
+                    actual=f"{tuple(declared.shape)} {declared.dtype}",
+                )
 
 
 def _check_slots(defn, given, slots, duplicable, kind, block):
     for slot, names in given.items():
         if slot not in slots:
-            raise ProgramFormatError(None, f"unknown {kind} slot '{slot}'",
-                                     hint=f"{kind} slots are {', '.join(slots) or '(none)'}")
+            raise ProgramFormatError(
+                None,
+                f"unknown {kind} slot '{slot}'",
+                hint=f"{kind} slots are {', '.join(slots) or '(none)'}",
+            )
         if slot not in duplicable and len(names) != 1:
-            raise ProgramFormatError(None, f"{kind} slot '{slot}' takes exactly one variable",
-                                     actual=f"{len(names)} names")
+            raise ProgramFormatError(
+                None,
+                f"{kind} slot '{slot}' takes exactly one variable",
+                actual=f"{len(names)} names",
+            )
         for name in names:
             if name not in block.vars:
-                raise ProgramFormatError(None, f"{kind} '{slot}' names variable '{name}', which "
-                                         "the block does not declare",
-                                         hint="every variable an op uses needs a 'vars' entry")
+                raise ProgramFormatError(
+                    None,
+                    f"{kind} '{slot}' names variable '{name}', which the block does not declare",
+                    hint="every variable an op uses needs a 'vars' entry",
+                )
 
 
 __all__ = ["to_text", "from_text", "validate", "ProgramFormatError"]

@@ -80,8 +80,12 @@ class lazy:
         current = get_global_tape()
         # The entered tape weakly: a loop body that resets the global tape must free the old
         # tape right away (held, it would double the objects the garbage collector scans).
-        self.saved = (state.lazy, (options.threads, options.validate, options.debug,
-                                   options.exact), weakref.ref(current), current.record_all)
+        self.saved = (
+            state.lazy,
+            (options.threads, options.validate, options.debug, options.exact),
+            weakref.ref(current),
+            current.record_all,
+        )
         state.lazy = current.lazy = self.enabled
         current.record_all = current.record_all or self.enabled
         options.threads, options.validate, options.debug, options.exact = self.settings
@@ -95,8 +99,12 @@ class lazy:
         state.lazy = outer
         current = state.tape
         try:
-            if current is not None and current.lazy != outer and exc_type is None and \
-                    current._pending_ops:
+            if (
+                current is not None
+                and current.lazy != outer
+                and exc_type is None
+                and current._pending_ops
+            ):
                 _run(current, None)  # with this block's options
         finally:
             options.threads, options.validate, options.debug, options.exact = settings
@@ -180,8 +188,11 @@ def _execute(tape, scan, entry):
         if value is None:
             if computes is tape:
                 return var
-            raise GraphError(None, f"variable '{var.name}' has no value",
-                             hint="it is an empty handle that no op has written")
+            raise GraphError(
+                None,
+                f"variable '{var.name}' has no value",
+                hint="it is an empty handle that no op has written",
+            )
         vals[slot] = value
     for slot in compiled.inputs:
         if slot in compiled.freed:  # computed by an earlier run: let the plan free it
@@ -193,14 +204,21 @@ def _execute(tape, scan, entry):
         execute.run(compiled, vals, options.threads)
     except Exception as err:
         done = getattr(err, "completed", ())
-        slots = (s for i in done for s in flatten([compiled.instructions[i][4]])
-                 if s < len(variables))  # (not a rewrite's own variables)
+        slots = (
+            s for i in done for s in flatten([compiled.instructions[i][4]]) if s < len(variables)
+        )  # (not a rewrite's own variables)
         ran = [scan.pending[entry.ran[i]] for i in _recorded_ops(compiled, done)]
         _write_back(tape, compiled, vals, variables, slots, ran)
         raise
     all_ran = len(entry.ran) == len(scan.pending)  # (the usual case)
-    _write_back(tape, compiled, vals, variables, compiled.writeback,
-                None if all_ran else [scan.pending[i] for i in entry.ran])
+    _write_back(
+        tape,
+        compiled,
+        vals,
+        variables,
+        compiled.writeback,
+        None if all_ran else [scan.pending[i] for i in entry.ran],
+    )
     freed_by = weakref.ref(tape)  # (see tape.variable.owner: no cycle through the tape)
     for slot in entry.freed_variables(compiled):
         variables[slot]._pending = freed_by
@@ -215,8 +233,9 @@ def _recorded_ops(compiled, instructions):
     rewrite's own ops are none of them, so the recorded ops they replaced stay pending (they
     are pure: a later run recomputes what is still asked for)."""
     decisions = compiled.analysis
-    recorded = {id(op): i for i, op in
-                enumerate(decisions.analysis.pruned.program.global_block().ops)}
+    recorded = {
+        id(op): i for i, op in enumerate(decisions.analysis.pruned.program.global_block().ops)
+    }
     ops = decisions.block.ops
     return [recorded[id(ops[i])] for i in instructions if id(ops[i]) in recorded]
 
@@ -238,11 +257,15 @@ def _write_back(tape, compiled, vals, variables, slots, ran):
 
 def _repend_producer(tape, var):
     """Puts the (pure) op that computed a freed ``var`` back among the pending ops."""
-    producer = next((op for op in reversed(tape.ops) if any(v is var for v in op.output_vars())),
-                    None)
+    producer = next(
+        (op for op in reversed(tape.ops) if any(v is var for v in op.output_vars())), None
+    )
     if producer is None or effectful(producer.defn) or producer in tape._pending_ops:
-        raise GraphError(None, f"variable '{var.name}' has no value and cannot be recomputed",
-                         hint="keep a reference to variables you will read later")
+        raise GraphError(
+            None,
+            f"variable '{var.name}' has no value and cannot be recomputed",
+            hint="keep a reference to variables you will read later",
+        )
     tape._pending_ops.append(producer)
     tape._pending_ops.sort(key=lambda op: op.index)
 
@@ -273,10 +296,15 @@ class _Validation:
             name = self.names[slot]
             want, got = to_numpy(expected[name]), to_numpy(vals[slot])
             if want.shape != got.shape or not (
-                    np.array_equal(want, got, equal_nan=True) if tolerance is None
-                    else tolerance(want, got)):
-                raise GraphError(None, f"lazy and eager results differ for '{name}'",
-                                 hint="a scheduler bug: please report it with the tape")
+                np.array_equal(want, got, equal_nan=True)
+                if tolerance is None
+                else tolerance(want, got)
+            ):
+                raise GraphError(
+                    None,
+                    f"lazy and eager results differ for '{name}'",
+                    hint="a scheduler bug: please report it with the tape",
+                )
 
 
 def _reassociation_tolerance(want, got):

@@ -82,15 +82,21 @@ def slot_entries(defn, slots, given, kind, duplicable, optional):
     given = dict(given or {})
     unknown = [slot for slot in given if slot not in slots]
     if unknown:
-        raise InputError(defn.type, f"unknown {kind} slot '{unknown[0]}'",
-                         hint=f"valid {kind} slots: {', '.join(slots) or '(none)'}")
+        raise InputError(
+            defn.type,
+            f"unknown {kind} slot '{unknown[0]}'",
+            hint=f"valid {kind} slots: {', '.join(slots) or '(none)'}",
+        )
     entries = []
     for slot in slots:
         value = given.get(slot)
         if value is None:
             if kind == "input" and slot not in optional:
-                raise InputError(defn.type, f"missing input '{slot}'",
-                                 hint=f"inputs are {', '.join(defn.input_slots)}")
+                raise InputError(
+                    defn.type,
+                    f"missing input '{slot}'",
+                    hint=f"inputs are {', '.join(defn.input_slots)}",
+                )
             entries.append(None)
             continue
         if isinstance(value, Variable):
@@ -98,13 +104,17 @@ def slot_entries(defn, slots, given, kind, duplicable, optional):
         value = list(value)
         for item in value:
             if not isinstance(item, Variable):
-                raise InputError(defn.type, f"{kind} '{slot}' must hold Variables",
-                                 actual=type(item).__name__)
+                raise InputError(
+                    defn.type, f"{kind} '{slot}' must hold Variables", actual=type(item).__name__
+                )
         if slot in duplicable:
             entries.append(value)
         elif len(value) != 1:
-            raise InputError(defn.type, f"{kind} '{slot}' takes exactly one Variable",
-                             actual=f"{len(value)} Variables")
+            raise InputError(
+                defn.type,
+                f"{kind} '{slot}' takes exactly one Variable",
+                actual=f"{len(value)} Variables",
+            )
         else:
             entries.append(value[0])
     return tuple(entries)

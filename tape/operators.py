@@ -127,4 +127,3 @@ def install():
     Variable.__hash__ = object.__hash__
     Variable.T = property(lambda self: _transpose(self), doc="The transpose (axes reversed).")
     Variable.__pos__ = lambda self: self
-

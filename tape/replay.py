@@ -49,8 +49,19 @@ class Template:
     gradient maker) pairs of the forward ops.
     """
 
-    __slots__ = ("ops", "news", "op_ids", "outs", "sig_ids", "where", "ref_deltas", "new_refs",
-                 "released", "leaves", "makers")
+    __slots__ = (
+        "ops",
+        "news",
+        "op_ids",
+        "outs",
+        "sig_ids",
+        "where",
+        "ref_deltas",
+        "new_refs",
+        "released",
+        "leaves",
+        "makers",
+    )
 
 
 def gradients(tape, loss, retain_graph, scan):
@@ -61,8 +72,14 @@ def gradients(tape, loss, retain_graph, scan):
     if slot is None:  # not on this tape: the scan reports it
         return scan()
     flags = bytes([v.requires_grad + 2 * v._leaf + 4 * v._released for v in variables])
-    key = (tuple(numbering.op_ids), tuple(numbering.sig_ids), flags, slot, bool(retain_graph),
-           module_of(variables))
+    key = (
+        tuple(numbering.op_ids),
+        tuple(numbering.sig_ids),
+        flags,
+        slot,
+        bool(retain_graph),
+        module_of(variables),
+    )
     template = _TEMPLATES.get(key)
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         _TEMPLATES.move_to_end(key)
@@ -88,8 +105,16 @@ def _replay(tape, numbering, variables, template):
             var._pending = tape
             args = fetch(slots)
             append(var)
-            ops.append(OpHandle(defn, args if args.__class__ is tuple else (args,), (var,),
-                                attrs, location, len(ops)))
+            ops.append(
+                OpHandle(
+                    defn,
+                    args if args.__class__ is tuple else (args,),
+                    (var,),
+                    attrs,
+                    location,
+                    len(ops),
+                )
+            )
         else:
             for const in consts:
                 append(const)
@@ -129,8 +154,11 @@ def _learn(tape, numbering, variables, before, leaves):
     earlier gradient op's output, nor a constant)."""
     first_op, first_pending, refs = before
     ops = tape._ops
-    if tape._structure is not numbering or numbering.scanned != first_op or \
-            tape._pending_ops[first_pending:] != ops[first_op:]:
+    if (
+        tape._structure is not numbering
+        or numbering.scanned != first_op
+        or tape._pending_ops[first_pending:] != ops[first_op:]
+    ):
         return None
     numbering.extend()
     index, first_new = numbering.index, len(variables)
@@ -146,17 +174,31 @@ def _learn(tape, numbering, variables, before, leaves):
         if not _outputs_new(outs, first_new + len(news)):
             return None
         news += [(v.shape, v.dtype, v.requires_grad) for v in op.output_vars()]
-        fast = not consts and outs[0].__class__ is int and len(outs) == 1 and ins and \
-            all(s.__class__ is int for s in ins)
-        template.ops.append((op.defn, op.attrs, ins, outs, tuple(consts),
-                             operator.itemgetter(*ins) if fast else None))
+        fast = (
+            not consts
+            and outs[0].__class__ is int
+            and len(outs) == 1
+            and ins
+            and all(s.__class__ is int for s in ins)
+        )
+        template.ops.append(
+            (
+                op.defn,
+                op.attrs,
+                ins,
+                outs,
+                tuple(consts),
+                operator.itemgetter(*ins) if fast else None,
+            )
+        )
     if len(numbering.where) != first_new + len(news):
         return None
     template.news = news
     _numbering_extension(template, numbering, first_op, first_new, refs)
     template.released = [s for s, var in enumerate(variables) if var._released]
-    template.makers = tuple({op.defn: op.defn.grad_maker for op in ops[:first_op]
-                             if op is not None}.items())
+    template.makers = tuple(
+        {op.defn: op.defn.grad_maker for op in ops[:first_op] if op is not None}.items()
+    )
     template.leaves = [(index[id(var)], index[id(grad)]) for var, grad in leaves.values()]
     return template
 
@@ -169,8 +211,12 @@ def _new_inputs(op, ins, next_slot):
             if slot != next_slot:
                 yield None
                 return
-            constant = var._leaf and not var.requires_grad and var._value is not None and \
-                var._pending is None
+            constant = (
+                var._leaf
+                and not var.requires_grad
+                and var._value is not None
+                and var._pending is None
+            )
             yield var if constant else None
             next_slot += 1
 
@@ -180,10 +226,12 @@ def _numbering_extension(template, numbering, first_op, first_new, refs):
     descriptions and origins (None: a weak reference), and reference counts."""
     template.op_ids, template.outs = numbering.op_ids[first_op:], numbering.outs[first_op:]
     template.sig_ids = numbering.sig_ids[first_new:]
-    template.where = [None if w.__class__ is weakref.ref else w
-                      for w in numbering.where[first_new:]]
-    template.ref_deltas = [(s, numbering.refs[s] - count) for s, count in enumerate(refs)
-                           if numbering.refs[s] != count]
+    template.where = [
+        None if w.__class__ is weakref.ref else w for w in numbering.where[first_new:]
+    ]
+    template.ref_deltas = [
+        (s, numbering.refs[s] - count) for s, count in enumerate(refs) if numbering.refs[s] != count
+    ]
     template.new_refs = numbering.refs[first_new:]
 
 

@@ -66,8 +66,18 @@ class Structure:
     outlives the scan).
     """
 
-    __slots__ = ("ops", "scanned", "forms", "outs", "op_ids", "index", "refs", "where",
-                 "sig_ids", "shared")
+    __slots__ = (
+        "ops",
+        "scanned",
+        "forms",
+        "outs",
+        "op_ids",
+        "index",
+        "refs",
+        "where",
+        "sig_ids",
+        "shared",
+    )
 
     def __init__(self, tape, forms=False):
         self.ops, self.scanned, self.forms = tape._ops, 0, [] if forms else None
@@ -116,8 +126,13 @@ class Structure:
 
     def extend(self):
         """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
-        ops, index, refs, shared, entry_of = self.ops, self.index, self.refs, self.shared, \
-            self._entry
+        ops, index, refs, shared, entry_of = (
+            self.ops,
+            self.index,
+            self.refs,
+            self.shared,
+            self._entry,
+        )
         forms, outs, op_ids = self.forms, self.outs, self.op_ids
         where, sig_ids, known = self.where, self.sig_ids, _OPS
         for i in range(self.scanned, len(ops)):
@@ -151,8 +166,16 @@ class Structure:
                 refs.append(1)
                 outs.append(slot)
                 defn, attrs = op.defn, op.attrs  # (None: the shared defaults, not copied)
-                key = (defn, None if attrs is defn.defaults else tuple(attrs.items()), ins,
-                       slot, out.shape, out.dtype, out.requires_grad, out.persistable)
+                key = (
+                    defn,
+                    None if attrs is defn.defaults else tuple(attrs.items()),
+                    ins,
+                    slot,
+                    out.shape,
+                    out.dtype,
+                    out.requires_grad,
+                    out.persistable,
+                )
             else:
                 res, descs = self._results(i, results)
                 outs.append(tuple(flatten(res)))
@@ -175,8 +198,10 @@ class Structure:
         self.op_ids += template.op_ids
         self.outs += template.outs
         self.sig_ids += template.sig_ids
-        self.where += [weakref.ref(var) if where is None else where
-                       for var, where in zip(new, template.where, strict=True)]
+        self.where += [
+            weakref.ref(var) if where is None else where
+            for var, where in zip(new, template.where, strict=True)
+        ]
         refs = self.refs
         for slot, count in template.ref_deltas:
             refs[slot] += count
@@ -190,9 +215,14 @@ class Structure:
         was dropped from the tape)."""
         ops = self.ops
         try:
-            variables = [ops[w].results[0] if w.__class__ is int else
-                         ops[w[0]].results[w[1]] if w.__class__ is tuple else w()
-                         for w in self.where]
+            variables = [
+                ops[w].results[0]
+                if w.__class__ is int
+                else ops[w[0]].results[w[1]]
+                if w.__class__ is tuple
+                else w()
+                for w in self.where
+            ]
             return variables, bytes([v._released for v in variables])
         except AttributeError:  # None has no results, no _released
             return None, None

@@ -51,12 +51,24 @@ class Tape:
         """
         defn = registry.lookup(type)
         try:
-            args = slot_entries(defn, defn.input_slots, inputs, "input", defn.duplicable_inputs,
-                               defn.optional_inputs)
+            args = slot_entries(
+                defn,
+                defn.input_slots,
+                inputs,
+                "input",
+                defn.duplicable_inputs,
+                defn.optional_inputs,
+            )
             given = None
             if outputs:
-                given = slot_entries(defn, defn.output_slots, outputs, "output",
-                                    defn.duplicable_outputs, defn.output_slots)
+                given = slot_entries(
+                    defn,
+                    defn.output_slots,
+                    outputs,
+                    "output",
+                    defn.duplicable_outputs,
+                    defn.output_slots,
+                )
             attrs = defn.check_attrs(attrs)
         except FluidError as err:
             raise err.with_context(location=user_location()) from None
@@ -132,8 +144,9 @@ def _values(args):
         if arg is None:
             values.append(None)
         elif arg.__class__ is list:
-            values.append([v.value() if v._pending is not None or v._value is None else v._value
-                           for v in arg])
+            values.append(
+                [v.value() if v._pending is not None or v._value is None else v._value for v in arg]
+            )
         elif arg._pending is not None or arg._value is None:
             values.append(arg.value())
         else:
@@ -158,23 +171,30 @@ def _wants_grad(args):
 
 def run_kernel(defn, attrs, values):
     """Runs ``defn``'s kernel on arrays; one array per output slot (a list for duplicable ones)."""
-    first = next((v if v.__class__ is not list else (v[0] if v else None)
-                  for v in values if v is not None), None)
+    first = next(
+        (v if v.__class__ is not list else (v[0] if v else None) for v in values if v is not None),
+        None,
+    )
     xp = array_module(first) if first is not None else default_module()
     kernel = defn.kernel if xp is np else defn.kernels.get("gpu", defn.kernels["any"])
     result = kernel(xp, attrs, *values)
     if defn.single_output:
         return (result if result.__class__ is _NDARRAY or xp is not np else np.asarray(result),)
     return tuple(
-        [np.asarray(r) if xp is np else r for r in res] if isinstance(res, list)
+        [np.asarray(r) if xp is np else r for r in res]
+        if isinstance(res, list)
         else (res if res.__class__ is _NDARRAY or xp is not np else np.asarray(res))
         for res in result
     )
 
 
 def _kernel_error(defn, tape, err):
-    return ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}",
-                          name=f"{defn.type}_{len(tape._ops)}", location=user_location())
+    return ExecutionError(
+        defn.type,
+        f"kernel failed: {type(err).__name__}: {err}",
+        name=f"{defn.type}_{len(tape._ops)}",
+        location=user_location(),
+    )
 
 
 def record(tape, defn, args, attrs, given=None):
@@ -189,8 +209,9 @@ def record(tape, defn, args, attrs, given=None):
     try:
         descs = defn.infer(attrs, *args)
     except FluidError as err:
-        raise err.with_context(name=f"{defn.type}_{len(tape._ops)}", op=defn.type,
-                               location=user_location()) from None
+        raise err.with_context(
+            name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
+        ) from None
     grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
     if defn.fast and given is None and not tape.lazy:
         # One output, plain inputs, eager: the common case, kept short.
@@ -210,8 +231,7 @@ def record(tape, defn, args, attrs, given=None):
         shape, dtype = descs
         out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
         out._pending = tape
-        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(3),
-                      len(tape._ops))
+        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(3), len(tape._ops))
         tape._ops.append(op)
         tape._pending_ops.append(op)
         return out
@@ -242,8 +262,10 @@ def record(tape, defn, args, attrs, given=None):
 
 def _run_single(defn, attrs, args):
     """The array a one-output op computes from Variables (numpy without module dispatch)."""
-    values = [arg.value() if arg._pending is not None or arg._value is None else arg._value
-              for arg in args]
+    values = [
+        arg.value() if arg._pending is not None or arg._value is None else arg._value
+        for arg in args
+    ]
     if values[0].__class__ is _NDARRAY:
         value = defn.kernel(np, attrs, *values)
         return value if value.__class__ is _NDARRAY else np.asarray(value)
@@ -264,8 +286,9 @@ def _outputs(defn, descs, values, grad, given, args, tape):
         if isinstance(desc, list):
             handles = handle or [None] * len(desc)
             value = value if value is not None else [None] * len(desc)
-            results.append([_fill(h, d, v, grad, args, tape) for h, d, v in
-                            zip(handles, desc, value)])
+            results.append(
+                [_fill(h, d, v, grad, args, tape) for h, d, v in zip(handles, desc, value)]
+            )
         else:
             results.append(_fill(handle, desc, value, grad, args, tape))
     return tuple(results)
@@ -303,8 +326,11 @@ def dispatch(defn, inputs, attrs):
     """OpDef.__call__: converts the user's positional inputs and attributes, then records."""
     from tape.constants import as_inputs
 
-    if defn.fast and len(inputs) == len(defn.input_slots) and \
-            all(v.__class__ is Variable for v in inputs):
+    if (
+        defn.fast
+        and len(inputs) == len(defn.input_slots)
+        and all(v.__class__ is Variable for v in inputs)
+    ):
         args = inputs
     else:
         args = None
@@ -315,4 +341,3 @@ def dispatch(defn, inputs, attrs):
     except FluidError as err:
         raise err.with_context(op=defn.type, location=user_location()) from None
     return apply(defn, args, attrs)
-

@@ -94,8 +94,11 @@ def _variables(values, requires_grad_slots=(), slots=()):
         elif isinstance(value, list):
             out.append([tape.Variable(v, requires_grad=slot in requires_grad_slots) for v in value])
         else:
-            out.append(tape.Variable(value, requires_grad=slot in requires_grad_slots
-                                     and value.dtype.kind == "f"))
+            out.append(
+                tape.Variable(
+                    value, requires_grad=slot in requires_grad_slots and value.dtype.kind == "f"
+                )
+            )
     return out
 
 
@@ -117,8 +120,10 @@ def _as_list(outputs):
 
 
 def _copy(values):
-    return [([v.copy() for v in x] if isinstance(x, list) else (None if x is None else x.copy()))
-            for x in values]
+    return [
+        ([v.copy() for v in x] if isinstance(x, list) else (None if x is None else x.copy()))
+        for x in values
+    ]
 
 
 def check_forward(case, dtype, contiguous=True):
@@ -129,24 +134,31 @@ def check_forward(case, dtype, contiguous=True):
         values = [_noncontiguous(v) for v in values]
     _, outputs = run_op(case, _copy(values))
     for out in outputs:
-        assert out.value().shape == out.shape, f"{case.id}: inferred shape {out.shape} != " \
-            f"kernel's {out.value().shape}"
-        assert out.value().dtype == out.dtype, f"{case.id}: inferred dtype {out.dtype} != " \
-            f"kernel's {out.value().dtype}"
+        assert out.value().shape == out.shape, (
+            f"{case.id}: inferred shape {out.shape} != kernel's {out.value().shape}"
+        )
+        assert out.value().dtype == out.dtype, (
+            f"{case.id}: inferred dtype {out.dtype} != kernel's {out.value().dtype}"
+        )
     if case.check is not None:
         case.check([o.numpy() for o in outputs], values, case.attrs)
         return
     expected = case.reference(*_copy(values), **case.attrs)
     expected = _as_list_arrays(expected)
-    assert len(expected) == len(outputs), f"{case.id}: {len(outputs)} outputs, reference gave " \
-        f"{len(expected)}"
+    assert len(expected) == len(outputs), (
+        f"{case.id}: {len(outputs)} outputs, reference gave {len(expected)}"
+    )
     rtol, atol = case.tol.get(np.dtype(dtype).name, _DEFAULT_TOL[np.dtype(dtype).name])
     for i, (out, ref) in enumerate(zip(outputs, expected)):
         ref = np.asarray(ref)
         assert out.shape == ref.shape, f"{case.id} output {i}: shape {out.shape} != {ref.shape}"
-        np.testing.assert_allclose(out.numpy().astype(np.float64) if out.dtype.kind in "fc"
-                                   else out.numpy(), ref, rtol=rtol, atol=atol,
-                                   err_msg=f"{case.id} output {i} ({dtype})")
+        np.testing.assert_allclose(
+            out.numpy().astype(np.float64) if out.dtype.kind in "fc" else out.numpy(),
+            ref,
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{case.id} output {i} ({dtype})",
+        )
 
 
 def _as_list_arrays(expected):
@@ -177,8 +189,10 @@ def _noncontiguous(value):
 def _float_slots(case, values):
     defn = REGISTRY[case.op]
     slots = case.grad_inputs or tuple(
-        s for s, v in zip(defn.input_slots, values)
-        if v is not None and (v[0] if isinstance(v, list) else v).dtype.kind == "f")
+        s
+        for s, v in zip(defn.input_slots, values)
+        if v is not None and (v[0] if isinstance(v, list) else v).dtype.kind == "f"
+    )
     return slots
 
 
@@ -255,16 +269,17 @@ def check_double_grad(case, seed=0):
     if second is None:  # the first gradient is constant in x: its derivative is zero
         analytic = [np.zeros(leaf.shape) for leaf in leaves]
     else:
-        analytic = [np.zeros(leaf.shape) if g is None else g.numpy()
-                    for g, leaf in zip(tape.grad(second, leaves), leaves)]
+        analytic = [
+            np.zeros(leaf.shape) if g is None else g.numpy()
+            for g, leaf in zip(tape.grad(second, leaves), leaves)
+        ]
 
     def objective(perturbed):
         tape.reset_global_tape()
         variables, outputs = run_op(case, perturbed, grad_slots)
         leaves = _differentiable_leaves(variables, defn.input_slots, grad_slots)
         grads = tape.grad(_weighted_sum(outputs, weights), leaves)
-        return sum(float(np.sum(g.numpy() * v)) for g, v in zip(grads, directions)
-                   if g is not None)
+        return sum(float(np.sum(g.numpy() * v)) for g, v in zip(grads, directions) if g is not None)
 
     positions = _leaf_positions(defn.input_slots, values, grad_slots)
     for got, where in zip(analytic, positions):
@@ -323,8 +338,9 @@ def _target(values, index, k):
 
 
 def _assert_close(case, analytic, numeric, label):
-    np.testing.assert_allclose(analytic, numeric, rtol=1e-4, atol=1e-6,
-                               err_msg=f"{case.id}: analytic vs numeric {label}")
+    np.testing.assert_allclose(
+        analytic, numeric, rtol=1e-4, atol=1e-6, err_msg=f"{case.id}: analytic vs numeric {label}"
+    )
 
 
 def gradcheck(fn, inputs, eps=1e-6, rtol=1e-4, atol=1e-6):
@@ -355,8 +371,9 @@ def gradcheck(fn, inputs, eps=1e-6, rtol=1e-4, atol=1e-6):
                     value = fn(*[tape.Variable(a) for a in moved]).numpy()
                 shifted.append(float(np.sum(value * weight)))
             numeric.reshape(-1)[j] = (shifted[0] - shifted[1]) / (2 * eps)
-        np.testing.assert_allclose(got, numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input {i}")
+        np.testing.assert_allclose(
+            got, numeric, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}"
+        )
     return True
 
 

@@ -45,8 +45,11 @@ class Trace:
         handles, outs, refs = numbering.ops, numbering.outs, numbering.refs
         at = tuple([op.index for op in self.pending])
         if list(map(handles.__getitem__, at)) != self.pending:  # (OpHandles: by identity)
-            raise GraphError(None, "a pending op is not on its tape",
-                             hint="ops were removed from the tape behind the scheduler's back")
+            raise GraphError(
+                None,
+                "a pending op is not on its tape",
+                hint="ops were removed from the tape behind the scheduler's back",
+            )
         produced = set()
         for i in at:
             slots = outs[i]
@@ -67,25 +70,40 @@ class Trace:
                     released += bytes([var._released])
                 chosen.append(slot)
             extra = (index.get(i) for i in optional)
-            chosen += sorted(s for s in extra if s in produced and s not in chosen and
-                             held(variables, refs, s))
+            chosen += sorted(
+                s for s in extra if s in produced and s not in chosen and held(variables, refs, s)
+            )
             self.targets = tuple(chosen)
         self.tape, self.numbering, self.at = tape, numbering, at
         self.variables, self.refs, self.produced = variables, refs, produced
         self.xp = module_of(variables)
         signatures = tuple(numbering.sig_ids)
         if len(variables) > len(signatures):
-            signatures += tuple(signature(v) for v in variables[len(signatures):])
-        self.key = ("lazy", tuple(numbering.op_ids), signatures, released, at, self.targets,
-                    self.xp)
+            signatures += tuple(signature(v) for v in variables[len(signatures) :])
+        self.key = (
+            "lazy",
+            tuple(numbering.op_ids),
+            signatures,
+            released,
+            at,
+            self.targets,
+            self.xp,
+        )
 
     def ops(self):
         """(definition, pending, input slots, output slots) per op, for the analysis."""
         pending = set(self.at)
         ops = self.numbering.ops
-        return [(ops[i].defn, i in pending, form[2],
-                 form[3] if form[3].__class__ is tuple else (form[3],))
-                for i, form in enumerate(forms(self.tape)) if form is not None]
+        return [
+            (
+                ops[i].defn,
+                i in pending,
+                form[2],
+                form[3] if form[3].__class__ is tuple else (form[3],),
+            )
+            for i, form in enumerate(forms(self.tape))
+            if form is not None
+        ]
 
     def missing_target(self):
         """A requested variable that is freed and that no pending op computes, if any."""
@@ -127,8 +145,13 @@ class Compiled:
         # not kept (what the memory plan frees before a rewrite drops some and adds its own).
         block = analysis.pruned.program.global_block()
         used = {name for op in block.ops for name in op.input_names() + op.output_names()}
-        self.candidates = tuple(sorted(self.slot_of[name] for name in used if name not in keep
-                                       and not block.vars[name].persistable))
+        self.candidates = tuple(
+            sorted(
+                self.slot_of[name]
+                for name in used
+                if name not in keep and not block.vars[name].persistable
+            )
+        )
 
     def plan(self, held, exact=False):
         """The plan when the user holds the variables in slots ``held`` (kept as well);
@@ -136,8 +159,9 @@ class Compiled:
         compiled = self.plans.get((held, exact))
         if compiled is None:
             keep = self.keep | {self.names[s] for s in held}
-            compiled = pipeline.schedule(self.analysis, keep, self.slot_of, len(self.names),
-                                         self.xp, self.debug, exact)
+            compiled = pipeline.schedule(
+                self.analysis, keep, self.slot_of, len(self.names), self.xp, self.debug, exact
+            )
             self.plans[(held, exact)] = compiled
         return compiled
 
@@ -149,16 +173,19 @@ class Compiled:
             block = self.analysis.pruned.program.global_block()
             written = {self.slot_of[name] for op in block.ops for name in op.output_names()}
             kept = set(plan.writeback)
-            freed = self.freed[plan] = tuple(sorted(
-                s for s in written | plan.freed if s < len(self.names) and s not in kept))
+            freed = self.freed[plan] = tuple(
+                sorted(s for s in written | plan.freed if s < len(self.names) and s not in kept)
+            )
         return freed
 
 
 def compile_trace(scan, debug=None):
     """The analysis of a trace's pending ops: a Program of them, pruned to the requested
     variables and the side effects, its DAG, and what no run of this structure may free."""
-    names = [f"{var._name}_{slot}" if var._name else f"v{slot}"
-             for slot, var in enumerate(scan.variables)]
+    names = [
+        f"{var._name}_{slot}" if var._name else f"v{slot}"
+        for slot, var in enumerate(scan.variables)
+    ]
     program = from_ops(scan.pending, {id(v): names[s] for s, v in enumerate(scan.variables)})
     program.bindings = {}  # the cache must not keep Variables alive
     ops = program.global_block().ops
@@ -227,8 +254,9 @@ def awaits_backward(defn, out_slots, variables):
     and none was released)."""
     if not defn.differentiable or defn.grad_maker is None:
         return False
-    return any(variables[s].requires_grad for s in out_slots) and \
-        not any(variables[s]._released for s in out_slots)
+    return any(variables[s].requires_grad for s in out_slots) and not any(
+        variables[s]._released for s in out_slots
+    )
 
 
 __all__ = ["Trace", "Compiled", "compile_trace", "held", "held_among", "effectful", "module_of"]

@@ -34,8 +34,17 @@ class Variable:
     """
 
     __slots__ = (
-        "_value", "shape", "dtype", "_name", "requires_grad", "_grad", "_leaf", "_released",
-        "persistable", "_pending", "__weakref__",
+        "_value",
+        "shape",
+        "dtype",
+        "_name",
+        "requires_grad",
+        "_grad",
+        "_leaf",
+        "_released",
+        "persistable",
+        "_pending",
+        "__weakref__",
     )
     # numpy defers to our reflected operators (array + var -> var.__radd__) instead of looping.
     __array_ufunc__ = None
@@ -51,8 +60,10 @@ class Variable:
             shape, dt = value.shape, value.dtype
         if requires_grad and dt is not None and dt.kind not in "fc":
             raise InputError(
-                None, f"variable {name or ''!s} cannot require a gradient",
-                expected="a floating-point dtype", actual=str(dt),
+                None,
+                f"variable {name or ''!s} cannot require a gradient",
+                expected="a floating-point dtype",
+                actual=str(dt),
             )
         self._value, self.shape, self.dtype, self._name = value, shape, dt, name
         self.requires_grad, self._grad, self._leaf = bool(requires_grad), None, True
@@ -98,7 +109,8 @@ class Variable:
                 tape.realize([self])
         if self._value is None:
             raise GraphError(
-                None, f"variable '{self.name}' has no value",
+                None,
+                f"variable '{self.name}' has no value",
                 hint="it is an empty handle that no op has written yet",
             )
         return self._value
@@ -115,8 +127,10 @@ class Variable:
         value = as_array(data, self.dtype)
         if self.shape is not None and value.shape != self.shape:
             raise ShapeError(
-                None, f"set_value on variable '{self.name}' changes its shape",
-                expected=str(self.shape), actual=str(value.shape),
+                None,
+                f"set_value on variable '{self.name}' changes its shape",
+                expected=str(self.shape),
+                actual=str(value.shape),
             )
         self._value, self.shape, self.dtype = value, value.shape, value.dtype
 
@@ -161,15 +175,19 @@ class Variable:
     __hash__ = object.__hash__
 
     def __repr__(self):
-        parts = [f"name={self.name!r}", f"shape={self.shape}",
-                 f"dtype={self.dtype.name if self.dtype is not None else None}"]
+        parts = [
+            f"name={self.name!r}",
+            f"shape={self.shape}",
+            f"dtype={self.dtype.name if self.dtype is not None else None}",
+        ]
         if self.requires_grad:
             parts.append("requires_grad=True")
         if self._value is None:
             parts.append("value=<pending>" if self._pending is not None else "value=<empty>")
         else:
-            body = np.array2string(to_numpy(self._value), threshold=20, separator=", ",
-                                   prefix=" " * 15)
+            body = np.array2string(
+                to_numpy(self._value), threshold=20, separator=", ", prefix=" " * 15
+            )
             parts.append(f"value={body}")
         return f"Variable({', '.join(parts)})"
 

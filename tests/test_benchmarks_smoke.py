@@ -13,12 +13,20 @@ from benchmarks import WORKLOADS, bench_lazy, harness, report
 from benchmarks.common import Unavailable, to_numpy
 
 MODULES = {name: importlib.import_module(f"benchmarks.{name}") for name in WORKLOADS}
-CASES = [(name, impl) for name, module in MODULES.items() for impl in module.IMPLEMENTATIONS
-         if impl != "numpy"]
+CASES = [
+    (name, impl)
+    for name, module in MODULES.items()
+    for impl in module.IMPLEMENTATIONS
+    if impl != "numpy"
+]
 
 
-LAZY = [(name, impl) for name, module in MODULES.items()
-        for impl in bench_lazy.implementations(module, exact=True) if impl.startswith("fluidtape-")]
+LAZY = [
+    (name, impl)
+    for name, module in MODULES.items()
+    for impl in bench_lazy.implementations(module, exact=True)
+    if impl.startswith("fluidtape-")
+]
 
 
 def run_once(workload, impl, setups=None):
@@ -46,8 +54,13 @@ def test_implementation_matches_numpy_floor(name, impl):
     assert len(grads) == len(expected_grads) == len(workload.make_data(workload.TINY)["params"])
     for index, (grad, expected) in enumerate(zip(grads, expected_grads, strict=True)):
         assert grad.shape == expected.shape, f"gradient {index}"
-        np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-5 * np.abs(expected).max(),
-                                   err_msg=f"gradient {index} of {name}/{impl}")
+        np.testing.assert_allclose(
+            grad,
+            expected,
+            rtol=1e-3,
+            atol=1e-5 * np.abs(expected).max(),
+            err_msg=f"gradient {index} of {name}/{impl}",
+        )
 
 
 @pytest.mark.parametrize("name, impl", LAZY, ids=[f"{n}-{i}" for n, i in LAZY])

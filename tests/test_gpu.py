@@ -34,8 +34,10 @@ def test_gpu_forward_equals_cpu(case):
         pytest.skip("random streams differ between numpy and cupy")
     values = _ordered(case, case.arrays("float64"))
     tape.reset_global_tape()
-    _, cpu = run_op(case, [None if v is None else (list(v) if isinstance(v, list) else v.copy())
-                           for v in values])
+    _, cpu = run_op(
+        case,
+        [None if v is None else (list(v) if isinstance(v, list) else v.copy()) for v in values],
+    )
     tape.reset_global_tape()
     with tape.device("gpu"):
         _, gpu = run_op(case, [_to_gpu(v) for v in values])
@@ -52,8 +54,10 @@ def test_gpu_backward_equals_cpu():
     grads = []
     for convert in (np.asarray, _to_gpu):
         tape.reset_global_tape()
-        x, w = tape.Variable(convert(a), requires_grad=True), tape.Variable(convert(b),
-                                                                           requires_grad=True)
+        x, w = (
+            tape.Variable(convert(a), requires_grad=True),
+            tape.Variable(convert(b), requires_grad=True),
+        )
         tape.backward(ops.mean(ops.relu(x @ w)))
         grads.append((x.grad().numpy(), w.grad().numpy()))
     for cpu, gpu in zip(*grads):

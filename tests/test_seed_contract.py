@@ -68,8 +68,9 @@ def test_the_seeds_low_level_form_works_through_add_op():
     b = tape.Variable(np.full((3,), -1.0, np.float32), requires_grad=True)
     x = tape.Variable(np.arange(6, dtype=np.float32).reshape(2, 3))
     pre_bias, pre_act, post_act = (tape.Variable(name="linear") for _ in range(3))
-    t.add_op("mul", {"X": [x], "Y": [w]}, {"Out": [pre_bias]},
-             {"x_num_col_dims": 1, "y_num_col_dims": 1})
+    t.add_op(
+        "mul", {"X": [x], "Y": [w]}, {"Out": [pre_bias]}, {"x_num_col_dims": 1, "y_num_col_dims": 1}
+    )
     t.add_op("elementwise_add", {"X": [pre_bias], "Y": [b]}, {"Out": [pre_act]}, {"axis": 1})
     t.add_op("relu", {"X": [pre_act]}, {"Out": [post_act]}, {})
     expected = np.maximum(x.numpy() @ w.numpy() + b.numpy(), 0)

@@ -65,17 +65,23 @@ class _SumsOfProducts(Scan):
         groups = collections.defaultdict(list)
         for name in terms:
             groups[self._group_key(name, index)].append(name)
-        batched = [names for key, names in groups.items()
-                   if key is not None and len(names) >= MIN_GROUP]
+        batched = [
+            names for key, names in groups.items() if key is not None and len(names) >= MIN_GROUP
+        ]
         if not batched:
             return False
         out = op.outputs["Out"][0]
-        rest = [name for key, names in groups.items()
-                if key is None or len(names) < MIN_GROUP for name in names]
+        rest = [
+            name
+            for key, names in groups.items()
+            if key is None or len(names) < MIN_GROUP
+            for name in names
+        ]
         sole = not rest and len(batched) == 1  # the batched product is the whole sum
         emitted = [self._batch(names, index, out if sole else None) for names in batched]
-        self.replaced[index] = [] if sole else \
-            [self.op("sum", {"X": rest + emitted}, {"Out": [out]}, {}, op)]
+        self.replaced[index] = (
+            [] if sole else [self.op("sum", {"X": rest + emitted}, {"Out": [out]}, {}, op)]
+        )
         return True
 
     def _terms(self, index):
@@ -83,8 +89,12 @@ class _SumsOfProducts(Scan):
         terms, absorbed = [], set()
         for name in self.block.ops[index].inputs["X"]:
             producer = self.producer(name)
-            if producer is not None and self.block.ops[producer].type == "sum" and \
-                    name not in self.keep and self.readers[name] == [index]:
+            if (
+                producer is not None
+                and self.block.ops[producer].type == "sum"
+                and name not in self.keep
+                and self.readers[name] == [index]
+            ):
                 inner, nested = self._terms(producer)
                 terms += inner
                 absorbed |= nested | {producer}
@@ -104,11 +114,16 @@ class _SumsOfProducts(Scan):
         if op.type == "matmul" and self.two_d(*operands):
             (a, b), attrs = operands, op.attrs
             ka, kb = (0 if attrs["transpose_x"] else 1), (1 if attrs["transpose_y"] else 0)
-            return ("matmul", attrs["transpose_x"], attrs["transpose_y"],
-                    self.var(a).shape[1 - ka], self.var(b).shape[1 - kb], self.var(a).dtype,
-                    self.var(b).dtype)
-        if op.type == "sum_to_shape" and len(self.var(operands[0]).shape) > \
-                len(op.attrs["shape"]):
+            return (
+                "matmul",
+                attrs["transpose_x"],
+                attrs["transpose_y"],
+                self.var(a).shape[1 - ka],
+                self.var(b).shape[1 - kb],
+                self.var(a).dtype,
+                self.var(b).dtype,
+            )
+        if op.type == "sum_to_shape" and len(self.var(operands[0]).shape) > len(op.attrs["shape"]):
             x = self.var(operands[0])
             return ("sum_to_shape", tuple(op.attrs["shape"]), tuple(x.shape[1:]), x.dtype)
         return None
@@ -124,8 +139,10 @@ class _SumsOfProducts(Scan):
         else:
             ka = 0 if first.attrs["transpose_x"] else 1
             kb = 1 if first.attrs["transpose_y"] else 0
-            inputs = {"X": [self._join([p.inputs["X"][0] for p in products], ka, at, first)],
-                      "Y": [self._join([p.inputs["Y"][0] for p in products], kb, at, first)]}
+            inputs = {
+                "X": [self._join([p.inputs["X"][0] for p in products], ka, at, first)],
+                "Y": [self._join([p.inputs["Y"][0] for p in products], kb, at, first)],
+            }
             attrs = dict(first.attrs)
         result = self.var(names[0])
         if out is None:
@@ -144,8 +161,9 @@ class _SumsOfProducts(Scan):
         shape[axis] = sum(p.shape[axis] for p in parts)
         joined = self.fresh(names[0], shape, parts[0].dtype)
         self.joined[key] = (joined, at)
-        self.before[at].append(self.op("concat", {"X": list(names)}, {"Out": [joined]},
-                                       {"axis": axis}, like))
+        self.before[at].append(
+            self.op("concat", {"X": list(names)}, {"Out": [joined]}, {"axis": axis}, like)
+        )
         return joined
 
 
@@ -181,8 +199,13 @@ class _SharedOperands(Scan):
         chosen, start, limit = [], 0, len(self.block.ops)
         for index in members:
             op = self.block.ops[index]
-            ready = max((max((w for w in self.writers.get(n, ()) if w < index), default=-1) + 1
-                         for n in op.input_names()), default=0)
+            ready = max(
+                (
+                    max((w for w in self.writers.get(n, ()) if w < index), default=-1) + 1
+                    for n in op.input_names()
+                ),
+                default=0,
+            )
             readers = self.readers.get(op.outputs["Out"][0], ())
             first_read = min(readers, default=len(self.block.ops))
             if max(start, ready) <= min(limit, first_read):
@@ -190,8 +213,10 @@ class _SharedOperands(Scan):
                 start, limit = max(start, ready), min(limit, first_read)
         ops = [self.block.ops[i] for i in chosen]
         if len(chosen) < MIN_GROUP or not all(
-                self.unchanged(n, i, start) for i, op in zip(chosen, ops, strict=True)
-                for n in op.input_names()):
+            self.unchanged(n, i, start)
+            for i, op in zip(chosen, ops, strict=True)
+            for n in op.input_names()
+        ):
             return
         first = ops[0]
         xs = [op.inputs["X"][0] for op in ops]
@@ -202,10 +227,21 @@ class _SharedOperands(Scan):
         product = self.fresh(outs[0], (sum(rows), result.shape[1]), result.dtype)
         self.before[start] += [
             self.op("concat", {"X": xs}, {"Out": [joined]}, {"axis": 0}, first),
-            self.op(first.type, {"X": [joined], "Y": first.inputs["Y"]}, {"Out": [product]},
-                    dict(first.attrs), first),
-            self.op("split", {"X": [product]}, {"Out": outs},
-                    {"num": 0, "sections": rows, "axis": 0}, first)]
+            self.op(
+                first.type,
+                {"X": [joined], "Y": first.inputs["Y"]},
+                {"Out": [product]},
+                dict(first.attrs),
+                first,
+            ),
+            self.op(
+                "split",
+                {"X": [product]},
+                {"Out": outs},
+                {"num": 0, "sections": rows, "axis": 0},
+                first,
+            ),
+        ]
         for index in chosen:
             self.replaced[index] = []
 

@@ -19,8 +19,13 @@ def remove_dead(block, keep=()) -> Block:
     ops = list(block.ops)
     while True:
         read = {name for op in ops for name in op.input_names()}
-        alive = [op for op in ops if op.is_target or ordered_kind(REGISTRY[op.type]) or
-                 any(name in read or name in keep for name in op.output_names())]
+        alive = [
+            op
+            for op in ops
+            if op.is_target
+            or ordered_kind(REGISTRY[op.type])
+            or any(name in read or name in keep for name in op.output_names())
+        ]
         if len(alive) == len(ops):
             break
         ops = alive
@@ -52,8 +57,9 @@ class Edits:
     def op(self, type, inputs, outputs, attrs, like):
         """A new OpDesc recorded where ``like`` was (its location names the user's line)."""
         full = freeze(REGISTRY[type].check_attrs(attrs))
-        return OpDesc(type, inputs, outputs, full, name=f"{like.name}/batched_{type}",
-                      location=like.location)
+        return OpDesc(
+            type, inputs, outputs, full, name=f"{like.name}/batched_{type}", location=like.location
+        )
 
     def apply(self):
         if not self.before and not self.replaced:

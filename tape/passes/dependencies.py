@@ -68,8 +68,9 @@ def analyse(block) -> Dependencies:
         successors.append(kept)
         for c in kept:
             dependency_count[c] += 1
-    return Dependencies(tuple(tuple(e) for e in edges), tuple(ancestors), tuple(successors),
-                        tuple(dependency_count))
+    return Dependencies(
+        tuple(tuple(e) for e in edges), tuple(ancestors), tuple(successors), tuple(dependency_count)
+    )
 
 
 def written_names(op):

@@ -41,8 +41,9 @@ def run_sequential(plan, vals):
         for kind, kernel, attrs, ins, out, free in plan.instructions:
             if kind == FAST:
                 result = kernel(xp, attrs, *map(get, ins))  # (no list, no comprehension frame)
-                vals[out] = result if result.__class__ is _NDARRAY or xp is not np \
-                    else np.asarray(result)
+                vals[out] = (
+                    result if result.__class__ is _NDARRAY or xp is not np else np.asarray(result)
+                )
             else:
                 _general(xp, kind, kernel, attrs, ins, out, vals)
             for s in free:
@@ -53,8 +54,9 @@ def run_sequential(plan, vals):
 
 
 def _general(xp, kind, kernel, attrs, ins, out, vals):
-    args = [None if s is None else vals[s] if s.__class__ is int else [vals[i] for i in s]
-            for s in ins]
+    args = [
+        None if s is None else vals[s] if s.__class__ is int else [vals[i] for i in s] for s in ins
+    ]
     results = kernel(xp, attrs, *args)
     if kind == SINGLE:
         results = (results,)
@@ -87,7 +89,8 @@ def _pool(workers):
     pool = _pools.get(workers)
     if pool is None:
         pool = _pools[workers] = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="fluidtape-executor")
+            workers, thread_name_prefix="fluidtape-executor"
+        )
     return pool
 
 
@@ -134,8 +137,9 @@ def _failure(plan, index, err, completed):
     if isinstance(err, FluidError):
         failure = err.with_context(name=name, location=location, op=op_type)
     else:
-        failure = ExecutionError(op_type, f"kernel failed: {type(err).__name__}: {err}",
-                                 name=name, location=location)
+        failure = ExecutionError(
+            op_type, f"kernel failed: {type(err).__name__}: {err}", name=name, location=location
+        )
     failure.completed = tuple(completed)
     return failure
 
@@ -148,13 +152,21 @@ def run_reference(block, values):
 
     for op in block.ops:
         defn = REGISTRY[op.type]
-        args = [None if s not in op.inputs else
-                ([values[n] for n in op.inputs[s]] if s in defn.duplicable_inputs
-                 else values[op.inputs[s][0]]) for s in defn.input_slots]
+        args = [
+            None
+            if s not in op.inputs
+            else (
+                [values[n] for n in op.inputs[s]]
+                if s in defn.duplicable_inputs
+                else values[op.inputs[s][0]]
+            )
+            for s in defn.input_slots
+        ]
         for slot, result in zip(defn.output_slots, run_kernel(defn, op.attrs, args), strict=True):
             names = op.outputs.get(slot, ())
-            for name, value in zip(names, result if isinstance(result, list) else [result],
-                                   strict=False):
+            for name, value in zip(
+                names, result if isinstance(result, list) else [result], strict=False
+            ):
                 values[name] = value
     return values
 

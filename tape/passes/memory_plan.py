@@ -61,8 +61,15 @@ def plan_memory(block, deps, keep=()) -> MemoryPlan:
         for op in last:
             gc_after[op].append(name)
         free_after[max(last)].append(name)
-    return MemoryPlan(users, last_users, refcount, tuple(tuple(g) for g in gc_after),
-                      tuple(tuple(f) for f in free_after), kept, frozenset(free_reads))
+    return MemoryPlan(
+        users,
+        last_users,
+        refcount,
+        tuple(tuple(g) for g in gc_after),
+        tuple(tuple(f) for f in free_after),
+        kept,
+        frozenset(free_reads),
+    )
 
 
 def _users(block):

@@ -53,19 +53,25 @@ def analyse(program, targets=(), debug=None) -> Analysis:
         from tape.ir_text import validate
 
         validate(pruned.program)
-        _report("prune", f"{len(program.global_block().ops)} ops -> {len(block.ops)} ops "
-                f"(targets: {len(targets)} variables, "
-                f"{sum(op.is_target for op in program.global_block().ops)} ops)")
+        _report(
+            "prune",
+            f"{len(program.global_block().ops)} ops -> {len(block.ops)} ops "
+            f"(targets: {len(targets)} variables, "
+            f"{sum(op.is_target for op in program.global_block().ops)} ops)",
+        )
     deps = dependencies.analyse(block)
     if debug:
         assert all(i < j for i, succ in enumerate(deps.edges) for j in succ), "edge points back"
-        _report("dependencies", f"{deps.edge_count(False)} edges -> {deps.edge_count()} after "
-                "transitive reduction")
+        _report(
+            "dependencies",
+            f"{deps.edge_count(False)} edges -> {deps.edge_count()} after transitive reduction",
+        )
     return Analysis(program, pruned, deps)
 
 
-def schedule(analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None,
-             exact=False) -> plan.Plan:
+def schedule(
+    analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None, exact=False
+) -> plan.Plan:
     """Rewrites (unless ``exact``), the memory plan and the compiled Plan; ``keep`` names
     variables never to free.
 
@@ -83,19 +89,30 @@ def schedule(analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None,
     memory = memory_plan.plan_memory(block, deps, keep)
     if debug:
         _check_memory(memory, deps)
-        _report("memory_plan", f"{len(memory.refcount)} variables freed early, "
-                f"{len(memory.users) - len(memory.refcount)} kept, "
-                f"{len(memory.buffer_free_reads)} buffer-free reads")
+        _report(
+            "memory_plan",
+            f"{len(memory.refcount)} variables freed early, "
+            f"{len(memory.users) - len(memory.refcount)} kept, "
+            f"{len(memory.buffer_free_reads)} buffer-free reads",
+        )
     if slot_of is None:
         slot_of = {name: i for i, name in enumerate(analysis.pruned.program.global_block().vars)}
         slots = len(slot_of)
     added = [name for name in block.vars if name not in slot_of]
     slot_of = {**slot_of, **{name: slots + i for i, name in enumerate(added)}}
-    compiled = plan.build(block, deps, memory, slot_of, slots + len(added), xp,
-                          Decisions(analysis, memory, block, deps))
+    compiled = plan.build(
+        block,
+        deps,
+        memory,
+        slot_of,
+        slots + len(added),
+        xp,
+        Decisions(analysis, memory, block, deps),
+    )
     if added:
         compiled = dataclasses.replace(
-            compiled, writeback=tuple(s for s in compiled.writeback if s < slots))
+            compiled, writeback=tuple(s for s in compiled.writeback if s < slots)
+        )
     if debug:
         assert len(compiled.instructions) == len(block.ops)
         _report("plan", f"{len(compiled.instructions)} instructions over {compiled.slots} slots")
@@ -119,8 +136,9 @@ def _check_memory(memory, deps):
         users = memory.users[name]
         assert last and set(last) <= set(users), f"{name}: bad last users"
         for user in users:
-            assert user in last or any(deps.happens_before(user, x) for x in last), \
+            assert user in last or any(deps.happens_before(user, x) for x in last), (
                 f"{name}: user {user} is not covered by a last user"
+            )
 
 
 def _report(name, text):
@@ -131,26 +149,37 @@ def explain(compiled, cache=None) -> str:
     """A readable account of a plan: ops kept, reduced edges, where each variable is freed."""
     analysis, memory, block, deps = compiled.analysis
     names = [op.name or f"{op.type}_{i}" for i, op in enumerate(block.ops)]
-    lines = [f"ops kept: {len(analysis.pruned.program.global_block().ops)} of "
-             f"{len(analysis.source.global_block().ops)}"]
+    lines = [
+        f"ops kept: {len(analysis.pruned.program.global_block().ops)} of "
+        f"{len(analysis.source.global_block().ops)}"
+    ]
     if rewritten(compiled):
         lines.append(f"batched products: {len(block.ops)} ops after the rewrite")
     lines += [f"  {name}: {op.type}" for name, op in zip(names, block.ops, strict=True)]
-    lines.append(f"dependency edges after reduction: {deps.edge_count()} "
-                 f"(of {deps.edge_count(False)})")
-    lines += [f"  {names[i]} -> {', '.join(names[j] for j in succ)}"
-              for i, succ in enumerate(deps.successors) if succ]
+    lines.append(
+        f"dependency edges after reduction: {deps.edge_count()} (of {deps.edge_count(False)})"
+    )
+    lines += [
+        f"  {names[i]} -> {', '.join(names[j] for j in succ)}"
+        for i, succ in enumerate(deps.successors)
+        if succ
+    ]
     lines.append("variables:")
     for var, before, after, freed in memory_plan.table(memory, block):
         where = f"freed after {', '.join(after)}" if freed else "kept"
         lines.append(f"  {var}: used by {', '.join(before)}; {where}")
     if cache is not None:
-        lines.append(f"plan cache: {cache.hits} hits, {cache.misses} misses, "
-                     f"{len(cache)} plans")
+        lines.append(f"plan cache: {cache.hits} hits, {cache.misses} misses, {len(cache)} plans")
     return "\n".join(lines)
 
 
 __all__ = [
-    "analyse", "schedule", "compile_program", "explain", "rewritten", "Analysis", "Decisions",
+    "analyse",
+    "schedule",
+    "compile_program",
+    "explain",
+    "rewritten",
+    "Analysis",
+    "Decisions",
     "DEBUG",
 ]

@@ -69,30 +69,57 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
                 return stub_slot[name]
             return slot_of[name]
 
-        ins = tuple(None if s not in op.inputs else
-                    (tuple(slot(n) for n in op.inputs[s]) if s in defn.duplicable_inputs
-                     else slot(op.inputs[s][0])) for s in defn.input_slots)
-        outs = tuple(None if s not in op.outputs else
-                     (tuple(slot_of[n] for n in op.outputs[s]) if s in defn.duplicable_outputs
-                      else slot_of[op.outputs[s][0]]) for s in defn.output_slots)
+        ins = tuple(
+            None
+            if s not in op.inputs
+            else (
+                tuple(slot(n) for n in op.inputs[s])
+                if s in defn.duplicable_inputs
+                else slot(op.inputs[s][0])
+            )
+            for s in defn.input_slots
+        )
+        outs = tuple(
+            None
+            if s not in op.outputs
+            else (
+                tuple(slot_of[n] for n in op.outputs[s])
+                if s in defn.duplicable_outputs
+                else slot_of[op.outputs[s][0]]
+            )
+            for s in defn.output_slots
+        )
         fast = defn.single_output and all(i.__class__ is int for i in ins)
         kind = FAST if fast else SINGLE if defn.single_output else MULTI
         free = tuple(slot_of[name] for name in memory.free_after[index])
-        instructions.append((kind, kernel_for(defn, xp), op.attrs, ins, outs[0] if fast else outs,
-                             free))
+        instructions.append(
+            (kind, kernel_for(defn, xp), op.attrs, ins, outs[0] if fast else outs, free)
+        )
         meta.append((op.type, op.name or f"{op.type}_{index}", op.location))
     refcount = [0] * (slots + len(stub_slot))
     for name, count in memory.refcount.items():
         refcount[slot_of[name]] = count
-    stubs = tuple((s, tuple(block.vars[n].shape), np.dtype(block.vars[n].dtype))
-                  for n, s in stub_slot.items())
+    stubs = tuple(
+        (s, tuple(block.vars[n].shape), np.dtype(block.vars[n].dtype)) for n, s in stub_slot.items()
+    )
     produced = _produced(block, slot_of)
     freed = frozenset(slot_of[n] for n in memory.refcount)
-    return Plan(tuple(instructions), tuple(meta), deps.successors, deps.dependency_count,
-                tuple(tuple(slot_of[n] for n in g) for g in memory.gc_after), tuple(refcount),
-                _inputs(block, memory, slot_of), produced, freed,
-                tuple(s for s in produced if s not in freed), stubs, slots + len(stub_slot), xp,
-                analysis)
+    return Plan(
+        tuple(instructions),
+        tuple(meta),
+        deps.successors,
+        deps.dependency_count,
+        tuple(tuple(slot_of[n] for n in g) for g in memory.gc_after),
+        tuple(refcount),
+        _inputs(block, memory, slot_of),
+        produced,
+        freed,
+        tuple(s for s in produced if s not in freed),
+        stubs,
+        slots + len(stub_slot),
+        xp,
+        analysis,
+    )
 
 
 def _inputs(block, memory, slot_of):
@@ -111,8 +138,10 @@ def _produced(block, slot_of):
 
 def stand_ins(plan):
     """(slot, array) for each buffer-free read: the right shape and dtype, one element of memory."""
-    return [(slot, plan.xp.broadcast_to(plan.xp.zeros((), dtype), shape))
-            for slot, shape, dtype in plan.stubs]
+    return [
+        (slot, plan.xp.broadcast_to(plan.xp.zeros((), dtype), shape))
+        for slot, shape, dtype in plan.stubs
+    ]
 
 
 class PlanCache:

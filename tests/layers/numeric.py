@@ -29,8 +29,9 @@ def check_layer_gradients(layer, forward, inputs, eps=1e-6, rtol=1e-5, atol=1e-8
             outs = _as_tuple(forward(*[tape.Variable(a) for a in inputs]))
             return sum(float(np.sum(o.numpy() * w)) for o, w in zip(outs, weights, strict=True))
 
-    names = [name for name, _ in layer.named_params()] + [f"input {i}" for i, a in
-                                                         enumerate(inputs) if a.dtype.kind == "f"]
+    names = [name for name, _ in layer.named_params()] + [
+        f"input {i}" for i, a in enumerate(inputs) if a.dtype.kind == "f"
+    ]
     buffers = [p.value() for p in params] + [a for a in inputs if a.dtype.kind == "f"]
     for name, buffer, got in zip(names, buffers, analytic, strict=True):
         assert buffer.dtype == np.float64, f"{name}: check gradients in float64"
@@ -42,8 +43,13 @@ def check_layer_gradients(layer, forward, inputs, eps=1e-6, rtol=1e-5, atol=1e-8
             minus = objective()
             buffer += eps * direction
             numeric = (plus - minus) / (2 * eps)
-            np.testing.assert_allclose(np.sum(got * direction), numeric, rtol=rtol, atol=atol,
-                                       err_msg=f"gradient of {name} along a direction")
+            np.testing.assert_allclose(
+                np.sum(got * direction),
+                numeric,
+                rtol=rtol,
+                atol=atol,
+                err_msg=f"gradient of {name} along a direction",
+            )
 
 
 def _directions(shape, rng):

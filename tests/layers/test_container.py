@@ -10,8 +10,9 @@ from tests.layers.numeric import check_layer_gradients
 
 
 def _model():
-    return layers.Sequential(layers.Linear(3, 5, dtype="float64"), layers.Tanh(),
-                             layers.Linear(5, 2, dtype="float64"))
+    return layers.Sequential(
+        layers.Linear(3, 5, dtype="float64"), layers.Tanh(), layers.Linear(5, 2, dtype="float64")
+    )
 
 
 def test_calls_its_layers_in_order():

@@ -48,21 +48,29 @@ def test_seeded_init_is_reproducible():
     assert np.array_equal(first, layers.Conv2D(3, 4, 3).weight.numpy())
 
 
-@pytest.mark.parametrize("kwargs", [
-    {},
-    {"stride": 2, "padding": 1},
-    {"stride": (1, 2), "padding": (2, 0), "dilation": (2, 1)},
-    {"groups": 2, "padding": 1},
-    {"padding": "same", "dilation": 2},
-    {"padding": "valid", "bias": False},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"stride": 2, "padding": 1},
+        {"stride": (1, 2), "padding": (2, 0), "dilation": (2, 1)},
+        {"groups": 2, "padding": 1},
+        {"padding": "same", "dilation": 2},
+        {"padding": "valid", "bias": False},
+    ],
+)
 def test_forward_matches_a_loop_over_taps(kwargs):
     conv = layers.Conv2D(4, 6, kernel_size=3, dtype="float64", **kwargs)
     x = _randn(2, 4, 6, 5)
     attrs = conv._conv_attrs
-    expected = conv_reference(x, conv.weight.numpy(), strides=attrs["strides"],
-                              paddings=attrs["paddings"], dilations=attrs["dilations"],
-                              groups=attrs["groups"])
+    expected = conv_reference(
+        x,
+        conv.weight.numpy(),
+        strides=attrs["strides"],
+        paddings=attrs["paddings"],
+        dilations=attrs["dilations"],
+        groups=attrs["groups"],
+    )
     if conv.bias is not None:
         expected = expected + conv.bias.numpy()[:, None, None]
     np.testing.assert_allclose(conv(tape.Variable(x)).numpy(), expected, rtol=1e-12, atol=1e-12)
@@ -74,8 +82,9 @@ def test_same_padding_keeps_the_spatial_size_even_for_even_kernels():
 
 
 def test_gradients_of_parameters_and_input_match_finite_differences():
-    conv = layers.Conv2D(4, 2, kernel_size=(2, 3), stride=(2, 1), padding=1, groups=2,
-                         dtype="float64")
+    conv = layers.Conv2D(
+        4, 2, kernel_size=(2, 3), stride=(2, 1), padding=1, groups=2, dtype="float64"
+    )
     check_layer_gradients(conv, conv, [_randn(2, 4, 3, 4)])
 
 
@@ -89,8 +98,11 @@ def test_float32_stays_float32_through_forward_and_backward():
 
 
 def test_layer_errors_name_the_rule():
-    with pytest.raises(ValueError, match=r"in_channels \(3\) and out_channels \(4\) must be "
-                       r"divisible by groups \(2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"in_channels \(3\) and out_channels \(4\) must be "
+        r"divisible by groups \(2\)",
+    ):
         layers.Conv2D(3, 4, 3, groups=2)
     with pytest.raises(ValueError, match="padding='same' needs stride 1"):
         layers.Conv2D(3, 4, 3, stride=2, padding="same")
@@ -108,8 +120,11 @@ def test_op_errors_say_which_shapes_disagree():
     assert "recorded at: test_conv.py" in message
     with pytest.raises(tape.ShapeError, match=r"channels are not divisible by groups"):
         ops.conv2d(x, np.ones((4, 1, 3, 3), np.float32), groups=2)
-    with pytest.raises(tape.ShapeError, match=r"kernel is larger than the padded input\n"
-                       r"  expected: dilated kernel \(7, 3\) <= padded input \(5, 5\)"):
+    with pytest.raises(
+        tape.ShapeError,
+        match=r"kernel is larger than the padded input\n"
+        r"  expected: dilated kernel \(7, 3\) <= padded input \(5, 5\)",
+    ):
         ops.conv2d(x, np.ones((4, 3, 4, 3), np.float32), dilations=[2, 1])
     with pytest.raises(tape.ShapeError, match="Input and Filter must be 4-D"):
         ops.conv2d(x, np.ones((4, 3, 3), np.float32))
@@ -136,8 +151,9 @@ def test_second_order_gradient_of_a_gradient_penalty():
     eps = 1e-6
     plus = penalty(tape.Variable(w0 + eps * direction)).numpy()
     minus = penalty(tape.Variable(w0 - eps * direction)).numpy()
-    np.testing.assert_allclose(np.sum(analytic.numpy() * direction), (plus - minus) / (2 * eps),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.sum(analytic.numpy() * direction), (plus - minus) / (2 * eps), rtol=1e-6
+    )
 
 
 # --- against PyTorch --------------------------------------------------------------------------
@@ -157,8 +173,12 @@ def test_values_and_gradients_equal_torch(geometry):
     x, w, b = (tape.Variable(a, requires_grad=True) for a in (x0, w0, b0))
     tx, tw, tb = (torch.tensor(a, requires_grad=True) for a in (x0, w0, b0))
     pair = layers.conv.pair
-    attrs = dict(strides=pair(geometry["stride"], "s"), paddings=pair(geometry["padding"], "p"),
-                 dilations=pair(geometry["dilation"], "d"), groups=geometry["groups"])
+    attrs = dict(
+        strides=pair(geometry["stride"], "s"),
+        paddings=pair(geometry["padding"], "p"),
+        dilations=pair(geometry["dilation"], "d"),
+        groups=geometry["groups"],
+    )
     tape.reset_global_tape()
     out = ops.elementwise_add(ops.conv2d(x, w, **attrs), b, axis=1)
     expected = torch.nn.functional.conv2d(tx, tw, tb, **geometry)
@@ -167,8 +187,7 @@ def test_values_and_gradients_equal_torch(geometry):
     tape.backward(out, grad=cotangent)
     expected.backward(torch.tensor(cotangent))
     for ours, theirs in ((x, tx), (w, tw), (b, tb)):
-        np.testing.assert_allclose(ours.grad().numpy(), theirs.grad.numpy(), rtol=1e-10,
-                                   atol=1e-12)
+        np.testing.assert_allclose(ours.grad().numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def test_double_backward_equals_torch():
@@ -182,20 +201,26 @@ def test_double_backward_equals_torch():
     tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)
     tout = torch.nn.functional.conv2d(tx, tw, stride=(2, 1), padding=1, groups=2, dilation=(1, 2))
     tgx, tgw = torch.autograd.grad((tout * torch.tensor(v)).sum(), [tx, tw], create_graph=True)
-    expected = torch.autograd.grad((tgx * tgx).sum() + (tgw ** 3).sum(), [tx, tw])
+    expected = torch.autograd.grad((tgx * tgx).sum() + (tgw**3).sum(), [tx, tw])
     for ours, theirs in zip(second, expected, strict=True):
         np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-9, atol=1e-10)
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(0, 2), groups=st.sampled_from([1, 2]), per_group=st.integers(1, 2),
-       out_per_group=st.integers(1, 2), size=st.tuples(st.integers(1, 7), st.integers(1, 7)),
-       kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-       stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
-       padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
-       dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)))
-def test_any_valid_geometry_equals_torch(n, groups, per_group, out_per_group, size, kernel,
-                                         stride, padding, dilation):
+@given(
+    n=st.integers(0, 2),
+    groups=st.sampled_from([1, 2]),
+    per_group=st.integers(1, 2),
+    out_per_group=st.integers(1, 2),
+    size=st.tuples(st.integers(1, 7), st.integers(1, 7)),
+    kernel=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    stride=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    padding=st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    dilation=st.tuples(st.integers(1, 2), st.integers(1, 2)),
+)
+def test_any_valid_geometry_equals_torch(
+    n, groups, per_group, out_per_group, size, kernel, stride, padding, dilation
+):
     torch = pytest.importorskip("torch")
     span = [d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True)]
     if any(s > h + 2 * p for s, h, p in zip(span, size, padding, strict=True)):
@@ -203,10 +228,22 @@ def test_any_valid_geometry_equals_torch(n, groups, per_group, out_per_group, si
     rng = np.random.default_rng(0)
     x0 = rng.standard_normal((n, groups * per_group) + size)
     w0 = rng.standard_normal((groups * out_per_group, per_group) + kernel)
-    out = ops.conv2d(tape.Variable(x0), tape.Variable(w0), strides=stride, paddings=padding,
-                     dilations=dilation, groups=groups)
-    expected = torch.nn.functional.conv2d(torch.tensor(x0), torch.tensor(w0), stride=stride,
-                                          padding=padding, dilation=dilation, groups=groups)
+    out = ops.conv2d(
+        tape.Variable(x0),
+        tape.Variable(w0),
+        strides=stride,
+        paddings=padding,
+        dilations=dilation,
+        groups=groups,
+    )
+    expected = torch.nn.functional.conv2d(
+        torch.tensor(x0),
+        torch.tensor(w0),
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+    )
     assert out.shape == tuple(expected.shape)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-10, atol=1e-12)
 
@@ -236,9 +273,14 @@ def test_a_small_cnn_training_step_equals_torch():
     t_loss = (t_fc(t_hidden.reshape(6, -1)) ** 2).mean()
     t_loss.backward()
     np.testing.assert_allclose(loss.numpy(), t_loss.item(), rtol=1e-12)
-    pairs = [(conv.weight, t_conv.weight.grad), (conv.bias, t_conv.bias.grad),
-             (bn.weight, t_bn.weight.grad), (bn.bias, t_bn.bias.grad),
-             (fc.weight, t_fc.weight.grad.T), (fc.bias, t_fc.bias.grad)]
+    pairs = [
+        (conv.weight, t_conv.weight.grad),
+        (conv.bias, t_conv.bias.grad),
+        (bn.weight, t_bn.weight.grad),
+        (bn.bias, t_bn.bias.grad),
+        (fc.weight, t_fc.weight.grad.T),
+        (fc.bias, t_fc.bias.grad),
+    ]
     for ours, theirs in pairs:
         np.testing.assert_allclose(ours.grad().numpy(), theirs.numpy(), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(bn.running_var.numpy(), t_bn.running_var.numpy(), rtol=1e-12)

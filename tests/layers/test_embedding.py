@@ -70,8 +70,9 @@ def test_the_padding_row_starts_at_zero_is_read_as_stored_and_gets_no_gradient()
 def test_negative_padding_idx_counts_from_the_end():
     emb = layers.Embedding(7, 3, padding_idx=-1)
     assert emb.padding_idx == 6 and repr(emb) == "Embedding(7, 3, padding_idx=6)"
-    with pytest.raises(ValueError, match="padding_idx must be within num_embeddings \\(7\\), "
-                                         "got 7"):
+    with pytest.raises(
+        ValueError, match="padding_idx must be within num_embeddings \\(7\\), got 7"
+    ):
         layers.Embedding(7, 3, padding_idx=7)
 
 
@@ -115,5 +116,4 @@ def test_outputs_and_gradients_match_torch_with_padding_idx():
     out = ours(IDS)
     tape.backward((out * tape.Variable(weight)).sum())
     np.testing.assert_array_equal(out.numpy(), expected.detach().numpy())
-    np.testing.assert_allclose(ours.weight.grad().numpy(), theirs.weight.grad.numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(ours.weight.grad().numpy(), theirs.weight.grad.numpy(), rtol=1e-12)

@@ -79,15 +79,18 @@ def test_kaiming_uniform_with_a_sqrt5_is_pytorchs_linear_default():
 def test_kaiming_normal_uses_the_chosen_fan_and_gain():
     shape = (128, 64, 3, 3)
     std = math.sqrt(2.0) / math.sqrt(128 * 9)  # relu gain, fan_out
-    _assert_normal(_draw(init.kaiming_normal(mode="fan_out", nonlinearity="relu"), shape),
-                   0.0, std)
+    _assert_normal(_draw(init.kaiming_normal(mode="fan_out", nonlinearity="relu"), shape), 0.0, std)
     std = math.sqrt(2.0 / (1 + 0.2**2)) / math.sqrt(64 * 9)  # leaky_relu with slope a=0.2
     _assert_normal(_draw(init.kaiming_normal(a=0.2), shape), 0.0, std)
 
 
 def test_initializers_are_reproducible_under_tape_seed():
-    for make in (lambda: init.uniform(), lambda: init.normal(), lambda: init.xavier_uniform(),
-                 lambda: init.kaiming_normal()):
+    for make in (
+        lambda: init.uniform(),
+        lambda: init.normal(),
+        lambda: init.xavier_uniform(),
+        lambda: init.kaiming_normal(),
+    ):
         first = _draw(make(), (6, 5), seed=3)
         np.testing.assert_array_equal(first, _draw(make(), (6, 5), seed=3))
         assert not np.array_equal(first, _draw(make(), (6, 5), seed=4))
@@ -130,7 +133,14 @@ def test_fans_and_gains_agree_with_torch():
     for shape in [(5, 7), (16, 3, 5, 5), (4, 2, 3)]:
         fans = torch.nn.init._calculate_fan_in_and_fan_out(torch.empty(shape))
         assert init.calculate_fans(shape) == fans
-    for name, param in [("relu", None), ("tanh", None), ("leaky_relu", None),
-                        ("leaky_relu", 0.3), ("selu", None), ("sigmoid", None)]:
+    for name, param in [
+        ("relu", None),
+        ("tanh", None),
+        ("leaky_relu", None),
+        ("leaky_relu", 0.3),
+        ("selu", None),
+        ("sigmoid", None),
+    ]:
         assert init.calculate_gain(name, param) == pytest.approx(
-            torch.nn.init.calculate_gain(name, param))
+            torch.nn.init.calculate_gain(name, param)
+        )

@@ -11,8 +11,9 @@ def test_lazy_mode_reproduces_eager_losses_and_gradients():
     tape.seed(0)
     emb = layers.Embedding(10, 4, padding_idx=0)
     lstm, gru = layers.LSTMCell(4, 5), layers.GRUCell(4, 5)
-    head = layers.Sequential(layers.Linear(5, 6), layers.GELU(), layers.Dropout(0.3),
-                             layers.Linear(6, 3))
+    head = layers.Sequential(
+        layers.Linear(5, 6), layers.GELU(), layers.Dropout(0.3), layers.Linear(6, 3)
+    )
     modules = (emb, lstm, gru, head)
     ids, labels = np.array([[1, 0, 3], [4, 4, 9]]), np.array([0, 2])
 
@@ -25,10 +26,12 @@ def test_lazy_mode_reproduces_eager_losses_and_gradients():
             state = lstm(xs[:, t], state)
             hidden = gru(xs[:, t], hidden)
         logits = head(state[0] + hidden)
-        loss = (layers.CrossEntropyLoss(label_smoothing=0.1)(logits, labels)
-                + layers.NLLLoss()(ops.log_softmax(logits, axis=-1), labels)
-                + layers.BCEWithLogitsLoss(pos_weight=2.0)(logits, np.ones((2, 3)))
-                + layers.MSELoss()(logits, np.zeros((2, 3))))
+        loss = (
+            layers.CrossEntropyLoss(label_smoothing=0.1)(logits, labels)
+            + layers.NLLLoss()(ops.log_softmax(logits, axis=-1), labels)
+            + layers.BCEWithLogitsLoss(pos_weight=2.0)(logits, np.ones((2, 3)))
+            + layers.MSELoss()(logits, np.zeros((2, 3)))
+        )
         tape.backward(loss)
         grads = [p.grad().numpy() for m in modules for p in m.params()]
         for m in modules:

@@ -33,8 +33,9 @@ def test_forward_is_act_of_x_times_weight_plus_bias():
     layer = layers.Linear(5, 3, act="tanh")
     x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
     w, b = layer.weight.numpy(), layer.bias.numpy()
-    np.testing.assert_allclose(layer(tape.Variable(x)).numpy(), np.tanh(x @ w + b), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        layer(tape.Variable(x)).numpy(), np.tanh(x @ w + b), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (2, 1, 3, 5), (5,), (0, 5)])
@@ -143,7 +144,7 @@ def test_outputs_and_gradients_match_torch():
     expected = torch.relu(reference(torch.from_numpy(x)))
     expected.mean().backward()
     np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(layer.weight.grad().numpy(), reference.weight.grad.numpy().T,
-                               rtol=1e-12)
-    np.testing.assert_allclose(layer.bias.grad().numpy(), reference.bias.grad.numpy(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        layer.weight.grad().numpy(), reference.weight.grad.numpy().T, rtol=1e-12
+    )
+    np.testing.assert_allclose(layer.bias.grad().numpy(), reference.bias.grad.numpy(), rtol=1e-12)

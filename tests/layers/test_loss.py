@@ -53,8 +53,9 @@ def test_ignored_targets_add_nothing_and_mean_counts_only_the_others():
     np.testing.assert_allclose(out.numpy(), per_row.mean(), rtol=1e-12)
     tape.backward(out)
     np.testing.assert_array_equal(logits.grad().numpy()[~kept], 0)
-    custom = layers.CrossEntropyLoss(reduction="none", ignore_index=3)(tape.Variable(LOGITS),
-                                                                        LABELS)
+    custom = layers.CrossEntropyLoss(reduction="none", ignore_index=3)(
+        tape.Variable(LOGITS), LABELS
+    )
     assert (custom.numpy()[LABELS == 3] == 0).all() and (custom.numpy()[LABELS != 3] > 0).all()
 
 
@@ -80,15 +81,18 @@ def test_cross_entropy_gradients_match_finite_differences(smoothing):
     assert gradcheck(lambda x: loss(x, labels), [LOGITS])
     spatial = RNG.standard_normal((2, 3, 2, 2))
     spatial_labels = RNG.integers(0, 3, (2, 2, 2))
-    assert gradcheck(lambda x: layers.CrossEntropyLoss("sum", label_smoothing=smoothing)(
-        x, spatial_labels), [spatial])
+    assert gradcheck(
+        lambda x: layers.CrossEntropyLoss("sum", label_smoothing=smoothing)(x, spatial_labels),
+        [spatial],
+    )
 
 
 def test_probability_targets_and_unbatched_inputs_are_accepted():
     probs = np.exp(_log_softmax(RNG.standard_normal((6, 4))))
     out = layers.CrossEntropyLoss()(tape.Variable(LOGITS), probs)
-    np.testing.assert_allclose(out.numpy(), -(probs * _log_softmax(LOGITS)).sum(-1).mean(),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        out.numpy(), -(probs * _log_softmax(LOGITS)).sum(-1).mean(), rtol=1e-12
+    )
     single = layers.CrossEntropyLoss()(tape.Variable(LOGITS[0]), np.array(3))
     np.testing.assert_allclose(single.numpy(), -_log_softmax(LOGITS[0])[3], rtol=1e-12)
 
@@ -139,8 +143,7 @@ def _bce_reference(x, y, pos_weight=1.0):
 def test_bce_with_logits_is_the_binary_cross_entropy_of_the_sigmoid(reduction):
     x, y = RNG.standard_normal((4, 3)) * 3, RNG.uniform(0, 1, (4, 3))
     out = layers.BCEWithLogitsLoss(reduction)(tape.Variable(x), y)
-    np.testing.assert_allclose(out.numpy(), _reduce(_bce_reference(x, y), reduction),
-                               rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), _reduce(_bce_reference(x, y), reduction), rtol=1e-12)
     assert gradcheck(lambda a: layers.BCEWithLogitsLoss(reduction)(a, y), [x])
 
 
@@ -148,12 +151,16 @@ def test_pos_weight_scales_the_positive_term():
     x, y = RNG.standard_normal((4, 3)) * 3, RNG.integers(0, 2, (4, 3)).astype(np.float64)
     pos_weight = np.array([0.5, 2.0, 3.0])
     loss = layers.BCEWithLogitsLoss(pos_weight=pos_weight)
-    np.testing.assert_allclose(loss(tape.Variable(x), y).numpy(),
-                               _bce_reference(x, y, pos_weight).mean(), rtol=1e-12)
+    np.testing.assert_allclose(
+        loss(tape.Variable(x), y).numpy(), _bce_reference(x, y, pos_weight).mean(), rtol=1e-12
+    )
     assert gradcheck(lambda a: loss(a, y), [x])
     # Integer 0/1 targets are converted to the logits' dtype.
-    np.testing.assert_allclose(loss(tape.Variable(x), y.astype(np.int64)).numpy(),
-                               _bce_reference(x, y, pos_weight).mean(), rtol=1e-12)
+    np.testing.assert_allclose(
+        loss(tape.Variable(x), y.astype(np.int64)).numpy(),
+        _bce_reference(x, y, pos_weight).mean(),
+        rtol=1e-12,
+    )
 
 
 def _torch_pair(torch, ours, theirs, x, target, torch_target):
@@ -177,18 +184,29 @@ def test_cross_entropy_matches_torch_with_ignore_index_and_label_smoothing(reduc
     labels[[0, 3]] = 2
     for ignore_index in (-100, 2):
         ours = layers.CrossEntropyLoss(reduction, ignore_index, smoothing)
-        theirs = torch.nn.CrossEntropyLoss(reduction=reduction, ignore_index=ignore_index,
-                                           label_smoothing=smoothing)
+        theirs = torch.nn.CrossEntropyLoss(
+            reduction=reduction, ignore_index=ignore_index, label_smoothing=smoothing
+        )
         _torch_pair(torch, ours, theirs, LOGITS, labels, torch.from_numpy(labels))
     spatial, spatial_labels = RNG.standard_normal((2, 4, 3)), RNG.integers(0, 4, (2, 3))
     spatial_labels[0, 1] = -100
-    _torch_pair(torch, layers.CrossEntropyLoss(reduction, label_smoothing=smoothing),
-                torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing),
-                spatial, spatial_labels, torch.from_numpy(spatial_labels))
+    _torch_pair(
+        torch,
+        layers.CrossEntropyLoss(reduction, label_smoothing=smoothing),
+        torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing),
+        spatial,
+        spatial_labels,
+        torch.from_numpy(spatial_labels),
+    )
     probs = np.exp(_log_softmax(RNG.standard_normal((6, 4))))
-    _torch_pair(torch, layers.CrossEntropyLoss(reduction, label_smoothing=smoothing),
-                torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing),
-                LOGITS, probs, torch.from_numpy(probs))
+    _torch_pair(
+        torch,
+        layers.CrossEntropyLoss(reduction, label_smoothing=smoothing),
+        torch.nn.CrossEntropyLoss(reduction=reduction, label_smoothing=smoothing),
+        LOGITS,
+        probs,
+        torch.from_numpy(probs),
+    )
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -197,16 +215,39 @@ def test_nll_mse_and_bce_match_torch(reduction):
     nn = torch.nn
     labels = LABELS.copy()
     labels[1] = -100
-    _torch_pair(torch, layers.NLLLoss(reduction), nn.NLLLoss(reduction=reduction),
-                _log_softmax(LOGITS), labels, torch.from_numpy(labels))
+    _torch_pair(
+        torch,
+        layers.NLLLoss(reduction),
+        nn.NLLLoss(reduction=reduction),
+        _log_softmax(LOGITS),
+        labels,
+        torch.from_numpy(labels),
+    )
     spatial, spatial_labels = RNG.standard_normal((2, 4, 3)), RNG.integers(0, 4, (2, 3))
-    _torch_pair(torch, layers.NLLLoss(reduction), nn.NLLLoss(reduction=reduction),
-                _log_softmax(spatial, 1), spatial_labels, torch.from_numpy(spatial_labels))
+    _torch_pair(
+        torch,
+        layers.NLLLoss(reduction),
+        nn.NLLLoss(reduction=reduction),
+        _log_softmax(spatial, 1),
+        spatial_labels,
+        torch.from_numpy(spatial_labels),
+    )
     y = RNG.standard_normal((6, 4))
-    _torch_pair(torch, layers.MSELoss(reduction), nn.MSELoss(reduction=reduction), LOGITS, y,
-                torch.from_numpy(y))
+    _torch_pair(
+        torch,
+        layers.MSELoss(reduction),
+        nn.MSELoss(reduction=reduction),
+        LOGITS,
+        y,
+        torch.from_numpy(y),
+    )
     probs = RNG.uniform(0, 1, (6, 4))
     pos_weight = np.array([1.0, 2.0, 0.5, 3.0])
-    _torch_pair(torch, layers.BCEWithLogitsLoss(reduction, pos_weight=pos_weight),
-                nn.BCEWithLogitsLoss(reduction=reduction, pos_weight=torch.from_numpy(pos_weight)),
-                LOGITS, probs, torch.from_numpy(probs))
+    _torch_pair(
+        torch,
+        layers.BCEWithLogitsLoss(reduction, pos_weight=pos_weight),
+        nn.BCEWithLogitsLoss(reduction=reduction, pos_weight=torch.from_numpy(pos_weight)),
+        LOGITS,
+        probs,
+        torch.from_numpy(probs),
+    )

@@ -122,8 +122,11 @@ def test_errors_name_the_layer_and_the_shapes():
     with pytest.raises(tape.ShapeError, match=r"normalises the trailing dimensions \(4,\)"):
         layers.LayerNorm(4)(tape.Variable(np.ones((4, 3), np.float32)))
     x = tape.Variable(np.ones((2, 3), np.float32))
-    with pytest.raises(tape.ShapeError, match=r"Scale must hold one value per channel\n"
-                       r"  expected: Scale.shape == \(3,\)"):
+    with pytest.raises(
+        tape.ShapeError,
+        match=r"Scale must hold one value per channel\n"
+        r"  expected: Scale.shape == \(3,\)",
+    ):
         ops.batch_norm(x, np.ones(2, np.float32), *[np.ones(3, np.float32)] * 3)
     with pytest.raises(tape.DTypeError, match="input Bias must have X's dtype"):
         ops.layer_norm(x, np.ones(3, np.float32), np.ones(3))
@@ -155,11 +158,9 @@ def test_batch_norm_training_steps_then_eval_equal_torch(shape):
         cotangent = _randn(*shape)
         tape.backward(out, grad=cotangent)
         expected.backward(torch.tensor(cotangent))
-        np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-10,
-                                   atol=1e-12)
+        np.testing.assert_allclose(out.numpy(), expected.detach().numpy(), rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(x.grad().numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-12)
-        np.testing.assert_allclose(bn.running_mean.numpy(), t_bn.running_mean.numpy(),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(bn.running_mean.numpy(), t_bn.running_mean.numpy(), rtol=1e-12)
         np.testing.assert_allclose(bn.running_var.numpy(), t_bn.running_var.numpy(), rtol=1e-12)
     for ours, theirs in ((bn.weight, t_bn.weight), (bn.bias, t_bn.bias)):
         np.testing.assert_allclose(ours.grad().numpy(), theirs.grad.numpy(), rtol=1e-9)
@@ -181,8 +182,7 @@ def test_layer_norm_equals_torch(normalized_shape):
     tape.backward(out, grad=cotangent)
     expected.backward(torch.tensor(cotangent))
     for ours, theirs in ((x, tx), (ln.weight, tw), (ln.bias, tb)):
-        np.testing.assert_allclose(ours.grad().numpy(), theirs.grad.numpy(), rtol=1e-9,
-                                   atol=1e-12)
+        np.testing.assert_allclose(ours.grad().numpy(), theirs.grad.numpy(), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("which", ["batch_norm", "batch_norm_eval", "layer_norm"])
@@ -201,14 +201,15 @@ def test_double_backward_equals_torch(which):
     else:
         training = which == "batch_norm"
         out = ops.batch_norm(x, w, b, mean.copy(), var.copy(), is_test=not training)[0]
-        expected = functional.batch_norm(tx, torch.tensor(mean), torch.tensor(var), tw, tb,
-                                         training=training)
+        expected = functional.batch_norm(
+            tx, torch.tensor(mean), torch.tensor(var), tw, tb, training=training
+        )
     gx, gw = tape.grad((out * tape.Variable(v)).sum(), [x, w], create_graph=True)
     ours = tape.grad((gx * gx).sum() + (gw * gw).sum(), [x, w, b])
-    tgx, tgw = torch.autograd.grad((expected * torch.tensor(v)).sum(), [tx, tw],
-                                   create_graph=True)
-    theirs = torch.autograd.grad((tgx * tgx).sum() + (tgw * tgw).sum(), [tx, tw, tb],
-                                 allow_unused=True)
+    tgx, tgw = torch.autograd.grad((expected * torch.tensor(v)).sum(), [tx, tw], create_graph=True)
+    theirs = torch.autograd.grad(
+        (tgx * tgx).sum() + (tgw * tgw).sum(), [tx, tw, tb], allow_unused=True
+    )
     for a, t, leaf in zip(ours, theirs, (x0, w0, b0), strict=True):
         expected_grad = np.zeros(leaf.shape) if t is None else t.numpy()
         actual = np.zeros(leaf.shape) if a is None else a.numpy()

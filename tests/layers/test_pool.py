@@ -17,26 +17,56 @@ def test_stride_defaults_to_the_kernel_size():
     pool = layers.MaxPool2D(3)
     assert pool.stride == (3, 3)
     assert pool(tape.Variable(np.ones((1, 2, 7, 6), np.float32))).shape == (1, 2, 2, 2)
-    assert layers.AvgPool2D((2, 3), stride=1)(tape.Variable(np.ones((1, 1, 4, 4)))).shape == \
-        (1, 1, 3, 2)
+    assert layers.AvgPool2D((2, 3), stride=1)(tape.Variable(np.ones((1, 1, 4, 4)))).shape == (
+        1,
+        1,
+        3,
+        2,
+    )
 
 
-@pytest.mark.parametrize("layer, attrs", [
-    (layers.MaxPool2D(2), {"pooling_type": "max", "ksize": (2, 2)}),
-    (layers.MaxPool2D(3, stride=2, padding=1, ceil_mode=True),
-     {"pooling_type": "max", "ksize": (3, 3), "strides": (2, 2), "paddings": (1, 1),
-      "ceil_mode": True}),
-    (layers.AvgPool2D((3, 2), stride=(2, 1), padding=(1, 0)),
-     {"pooling_type": "avg", "ksize": (3, 2), "strides": (2, 1), "paddings": (1, 0),
-      "exclusive": False}),
-    (layers.AvgPool2D(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
-     {"pooling_type": "avg", "ksize": (3, 3), "strides": (2, 2), "paddings": (1, 1),
-      "ceil_mode": True, "exclusive": True}),
-])
+@pytest.mark.parametrize(
+    "layer, attrs",
+    [
+        (layers.MaxPool2D(2), {"pooling_type": "max", "ksize": (2, 2)}),
+        (
+            layers.MaxPool2D(3, stride=2, padding=1, ceil_mode=True),
+            {
+                "pooling_type": "max",
+                "ksize": (3, 3),
+                "strides": (2, 2),
+                "paddings": (1, 1),
+                "ceil_mode": True,
+            },
+        ),
+        (
+            layers.AvgPool2D((3, 2), stride=(2, 1), padding=(1, 0)),
+            {
+                "pooling_type": "avg",
+                "ksize": (3, 2),
+                "strides": (2, 1),
+                "paddings": (1, 0),
+                "exclusive": False,
+            },
+        ),
+        (
+            layers.AvgPool2D(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+            {
+                "pooling_type": "avg",
+                "ksize": (3, 3),
+                "strides": (2, 2),
+                "paddings": (1, 1),
+                "ceil_mode": True,
+                "exclusive": True,
+            },
+        ),
+    ],
+)
 def test_layers_match_the_window_loop_reference(layer, attrs):
     x = distinct((2, 2, 7, 6))(RNG, np.float64)
-    np.testing.assert_allclose(layer(tape.Variable(x)).numpy(), pool_reference(x, **attrs),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        layer(tape.Variable(x)).numpy(), pool_reference(x, **attrs), rtol=1e-12
+    )
     check_layer_gradients(layer, layer, [x])
 
 
@@ -75,15 +105,24 @@ def test_errors_say_which_rule_failed():
     x = tape.Variable(np.ones((1, 1, 4, 4), np.float32))
     with pytest.raises(tape.ShapeError) as err:
         ops.pool2d(x, ksize=[2, 2], paddings=[2, 0])
-    assert "op 'pool2d'" in str(err.value) and "padding is more than half the window" in \
-        str(err.value) and "expected: paddings along H <= ksize / 2 = 1.0" in str(err.value)
-    with pytest.raises(tape.ShapeError, match=r"window is larger than the padded input\n"
-                       r"  expected: ksize along W \(5\) <= padded size \(4\)"):
+    assert (
+        "op 'pool2d'" in str(err.value)
+        and "padding is more than half the window" in str(err.value)
+        and "expected: paddings along H <= ksize / 2 = 1.0" in str(err.value)
+    )
+    with pytest.raises(
+        tape.ShapeError,
+        match=r"window is larger than the padded input\n"
+        r"  expected: ksize along W \(5\) <= padded size \(4\)",
+    ):
         layers.MaxPool2D((2, 5))(x)
     with pytest.raises(tape.ShapeError, match=r"input X must be 4-D"):
         layers.AvgPool2D(2)(tape.Variable(np.ones((4, 4))))
-    with pytest.raises(tape.AttrError, match=r"attribute 'pooling_type' has an invalid value\n"
-                       r"  expected: one of \['max', 'avg'\]"):
+    with pytest.raises(
+        tape.AttrError,
+        match=r"attribute 'pooling_type' has an invalid value\n"
+        r"  expected: one of \['max', 'avg'\]",
+    ):
         ops.pool2d(x, pooling_type="min", ksize=[2, 2])
     with pytest.raises(tape.AttrError, match="missing required attribute 'ksize'"):
         ops.pool2d(x)
@@ -140,8 +179,9 @@ def test_double_backward_equals_torch(kind):
     x0 = distinct((1, 2, 5, 5))(RNG, np.float64)
     w0 = RNG.standard_normal((1, 2, 3, 3))
     x, w = tape.Variable(x0, requires_grad=True), tape.Variable(w0, requires_grad=True)
-    out = ops.pool2d(x, pooling_type=kind, ksize=[3, 3], strides=[2, 2], paddings=[1, 1],
-                     exclusive=False)
+    out = ops.pool2d(
+        x, pooling_type=kind, ksize=[3, 3], strides=[2, 2], paddings=[1, 1], exclusive=False
+    )
     (gx,) = tape.grad((out * w).sum(), [x], create_graph=True)
     ours = tape.grad((gx * gx * x).sum(), [x, w])
     tx, tw = torch.tensor(x0, requires_grad=True), torch.tensor(w0, requires_grad=True)

@@ -58,16 +58,18 @@ def test_without_a_state_the_cells_start_from_zeros():
     np.testing.assert_allclose(h.numpy(), h_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(c.numpy(), c_ref, rtol=1e-5, atol=1e-6)
     assert h.dtype == np.float32
-    np.testing.assert_allclose(gru(tape.Variable(x)).numpy(), _gru_reference(gru, x, zeros),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        gru(tape.Variable(x)).numpy(), _gru_reference(gru, x, zeros), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_unbatched_inputs_give_unbatched_states():
     cell = layers.LSTMCell(3, 4, dtype="float64")
     x = RNG.standard_normal(3)
     h, c = cell(tape.Variable(x))
-    np.testing.assert_allclose(h.numpy(), _lstm_reference(cell, x, np.zeros(4), np.zeros(4))[0],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        h.numpy(), _lstm_reference(cell, x, np.zeros(4), np.zeros(4))[0], rtol=1e-12
+    )
     assert layers.GRUCell(3, 4)(tape.Variable(x.astype(np.float32))).shape == (4,)
 
 
@@ -75,8 +77,11 @@ def test_parameters_have_pytorchs_names_layout_and_init():
     tape.seed(0)
     cell = layers.LSTMCell(30, 100)
     assert [(name, p.shape) for name, p in cell.named_params()] == [
-        ("weight_ih", (400, 30)), ("weight_hh", (400, 100)), ("bias_ih", (400,)),
-        ("bias_hh", (400,))]
+        ("weight_ih", (400, 30)),
+        ("weight_hh", (400, 100)),
+        ("bias_ih", (400,)),
+        ("bias_hh", (400,)),
+    ]
     gru = layers.GRUCell(30, 100)
     assert [p.shape for p in gru.params()] == [(300, 30), (300, 100), (300,), (300,)]
     bound = 1 / math.sqrt(100)
@@ -93,8 +98,9 @@ def test_cells_without_bias_have_only_weights():
     h, _ = cell(tape.Variable(x))
     zi = x @ cell.weight_ih.numpy().T
     i, _, g, o = np.split(zi, 4, axis=-1)
-    np.testing.assert_allclose(h.numpy(), _sigmoid(o) * np.tanh(_sigmoid(i) * np.tanh(g)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        h.numpy(), _sigmoid(o) * np.tanh(_sigmoid(i) * np.tanh(g)), rtol=1e-12
+    )
 
 
 def test_an_lstm_step_is_two_projections_and_one_fused_cell_op():
@@ -107,8 +113,7 @@ def test_an_lstm_step_is_two_projections_and_one_fused_cell_op():
 
 def test_lstm_gradients_match_finite_differences():
     cell = layers.LSTMCell(3, 2, dtype="float64")
-    inputs = [RNG.standard_normal((2, 3)), RNG.standard_normal((2, 2)),
-              RNG.standard_normal((2, 2))]
+    inputs = [RNG.standard_normal((2, 3)), RNG.standard_normal((2, 2)), RNG.standard_normal((2, 2))]
     check_layer_gradients(cell, lambda x, h, c: cell(x, (h, c)), inputs)
 
 
@@ -134,15 +139,17 @@ def test_wrong_input_or_state_shapes_name_the_cell_and_the_shapes():
     cell = layers.LSTMCell(3, 4)
     with pytest.raises(ValueError) as info:
         cell(tape.Variable(np.ones((2, 5), np.float32)))
-    assert "op 'matmul': LSTMCell(3, 4) expects input of shape (batch, 3) or (3,)" in \
-        str(info.value)
+    assert "op 'matmul': LSTMCell(3, 4) expects input of shape (batch, 3) or (3,)" in str(
+        info.value
+    )
     assert "X.shape=(2, 5), weight_ih.shape=(16, 3)" in str(info.value)
     h = tape.Variable(np.ones((2, 4), np.float32))
     with pytest.raises(ValueError, match=r"(?s)state c does not match.*c.shape == \(2, 4\)"):
         cell(tape.Variable(np.ones((2, 3), np.float32)), (h, tape.Variable(np.ones((2, 3)))))
     with pytest.raises(ValueError, match=r"GRUCell state h does not match"):
-        layers.GRUCell(3, 4)(tape.Variable(np.ones((2, 3), np.float32)),
-                             tape.Variable(np.ones((3, 4), np.float32)))
+        layers.GRUCell(3, 4)(
+            tape.Variable(np.ones((2, 3), np.float32)), tape.Variable(np.ones((3, 4), np.float32))
+        )
 
 
 def _copy_to_torch(ours, theirs, torch):
@@ -170,5 +177,10 @@ def test_unrolled_outputs_and_gradients_match_torch(kind):
     tape.backward((out * tape.Variable(weight)).sum())
     np.testing.assert_allclose(out.numpy(), out_t.detach().numpy(), rtol=1e-10)
     for name, param in ours.named_params():
-        np.testing.assert_allclose(param.grad().numpy(), getattr(theirs, name).grad.numpy(),
-                                   rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(
+            param.grad().numpy(),
+            getattr(theirs, name).grad.numpy(),
+            rtol=1e-9,
+            atol=1e-12,
+            err_msg=name,
+        )

@@ -17,11 +17,22 @@ def _taps(x_shape, w_shape, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), g
     n, _, oh, ow = _out_shape(x_shape, w_shape, strides, paddings, dilations)
     o, cg, kh, kw = w_shape
     per_group = o // groups
-    for b, oc, r, q, k, i, j in itertools.product(range(n), range(o), range(oh), range(ow),
-                                                 range(cg), range(kh), range(kw)):
+    for b, oc, r, q, k, i, j in itertools.product(
+        range(n), range(o), range(oh), range(ow), range(cg), range(kh), range(kw)
+    ):
         ic = oc // per_group * cg + k
-        yield b, oc, ic, k, r, q, i, j, r * strides[0] + i * dilations[0], \
-            q * strides[1] + j * dilations[1]
+        yield (
+            b,
+            oc,
+            ic,
+            k,
+            r,
+            q,
+            i,
+            j,
+            r * strides[0] + i * dilations[0],
+            q * strides[1] + j * dilations[1],
+        )
 
 
 def _out_shape(x_shape, w_shape, strides=(1, 1), paddings=(0, 0), dilations=(1, 1), groups=1):
@@ -52,7 +63,7 @@ def grad_input_reference(w, gout, input_shape, **attrs):
     padded = np.zeros((n, c, h + top + bottom, width + left + right))
     for b, oc, ic, k, r, q, i, j, hp, wp in _taps(input_shape, w.shape, **attrs):
         padded[b, ic, hp, wp] += w[oc, k, i, j] * gout[b, oc, r, q]
-    return padded[:, :, top:top + h, left:left + width]
+    return padded[:, :, top : top + h, left : left + width]
 
 
 def grad_filter_reference(x, gout, filter_shape, **attrs):
@@ -76,19 +87,48 @@ GEOMETRIES = [
 
 
 def _cases():
-    cases = [OpCase("conv2d", {"Input": xs, "Filter": ws}, attrs, reference=conv_reference,
-                    double_grad=True, name=name) for name, xs, ws, attrs in GEOMETRIES]
+    cases = [
+        OpCase(
+            "conv2d",
+            {"Input": xs, "Filter": ws},
+            attrs,
+            reference=conv_reference,
+            double_grad=True,
+            name=name,
+        )
+        for name, xs, ws, attrs in GEOMETRIES
+    ]
     for name, xs, ws, attrs in GEOMETRIES[:5]:
         gs = _out_shape(xs, ws, **attrs)
-        cases.append(OpCase(
-            "conv2d_grad_input", {"Filter": ws, "Output@GRAD": gs}, {**attrs, "input_shape": xs},
-            reference=grad_input_reference, double_grad=name in ("plain", "groups"), name=name))
-        cases.append(OpCase(
-            "conv2d_grad_filter", {"Input": xs, "Output@GRAD": gs},
-            {**attrs, "filter_shape": ws}, reference=grad_filter_reference,
-            double_grad=name in ("plain", "groups"), name=name))
-    cases.append(OpCase("conv2d", {"Input": (0, 2, 3, 3), "Filter": (2, 2, 2, 2)},
-                        reference=conv_reference, grad=False, name="empty_batch"))
+        cases.append(
+            OpCase(
+                "conv2d_grad_input",
+                {"Filter": ws, "Output@GRAD": gs},
+                {**attrs, "input_shape": xs},
+                reference=grad_input_reference,
+                double_grad=name in ("plain", "groups"),
+                name=name,
+            )
+        )
+        cases.append(
+            OpCase(
+                "conv2d_grad_filter",
+                {"Input": xs, "Output@GRAD": gs},
+                {**attrs, "filter_shape": ws},
+                reference=grad_filter_reference,
+                double_grad=name in ("plain", "groups"),
+                name=name,
+            )
+        )
+    cases.append(
+        OpCase(
+            "conv2d",
+            {"Input": (0, 2, 3, 3), "Filter": (2, 2, 2, 2)},
+            reference=conv_reference,
+            grad=False,
+            name="empty_batch",
+        )
+    )
     return cases
 
 

@@ -66,17 +66,31 @@ _LAYOUTS = [
     ("scalars", (), (), {}, False),
 ]
 
-_ARITHMETIC = ["elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
-               "elementwise_pow", "elementwise_max", "elementwise_min"]
+_ARITHMETIC = [
+    "elementwise_add",
+    "elementwise_sub",
+    "elementwise_mul",
+    "elementwise_div",
+    "elementwise_pow",
+    "elementwise_max",
+    "elementwise_min",
+]
 
 
 def _arithmetic_cases():
     cases = []
     for op in _ARITHMETIC:
         for name, x_shape, y_shape, attrs, double in _LAYOUTS:
-            cases.append(OpCase(op, {"X": _x_maker(op, x_shape), "Y": _y_maker(op, y_shape)},
-                                attrs, reference=reference_of(op), double_grad=double,
-                                name=name))
+            cases.append(
+                OpCase(
+                    op,
+                    {"X": _x_maker(op, x_shape), "Y": _y_maker(op, y_shape)},
+                    attrs,
+                    reference=reference_of(op),
+                    double_grad=double,
+                    name=name,
+                )
+            )
     return cases
 
 
@@ -90,32 +104,85 @@ def _comparison_cases():
     for op in ["less_than", "less_equal", "greater_than", "greater_equal", "equal", "not_equal"]:
         reference = reference_of(op)
         cases += [
-            OpCase(op, {"X": _integers((3, 4)), "Y": _integers((3, 4))}, reference=reference,
-                   grad=False),
-            OpCase(op, {"X": _integers((3, 1)), "Y": _integers((1, 4))}, reference=reference,
-                   grad=False, name="broadcast_both"),
-            OpCase(op, {"X": _integers((2, 3, 4)), "Y": _integers((3,))}, {"axis": 1},
-                   reference=reference, grad=False, name="paddle_axis"),
-            OpCase(op, {"X": _integers((0, 2)), "Y": _integers(())}, reference=reference,
-                   grad=False, name="size0_scalar"),
-            OpCase(op, {"X": np.array([[1, 5, -3]], np.int64), "Y": _integers((2, 1))},
-                   reference=reference, grad=False, name="int_vs_float"),
+            OpCase(
+                op,
+                {"X": _integers((3, 4)), "Y": _integers((3, 4))},
+                reference=reference,
+                grad=False,
+            ),
+            OpCase(
+                op,
+                {"X": _integers((3, 1)), "Y": _integers((1, 4))},
+                reference=reference,
+                grad=False,
+                name="broadcast_both",
+            ),
+            OpCase(
+                op,
+                {"X": _integers((2, 3, 4)), "Y": _integers((3,))},
+                {"axis": 1},
+                reference=reference,
+                grad=False,
+                name="paddle_axis",
+            ),
+            OpCase(
+                op,
+                {"X": _integers((0, 2)), "Y": _integers(())},
+                reference=reference,
+                grad=False,
+                name="size0_scalar",
+            ),
+            OpCase(
+                op,
+                {"X": np.array([[1, 5, -3]], np.int64), "Y": _integers((2, 1))},
+                reference=reference,
+                grad=False,
+                name="int_vs_float",
+            ),
         ]
     return cases
 
 
-CASES = _arithmetic_cases() + [
-    OpCase("elementwise_pow", {"X": positive((2, 3)), "Y": np.array(2.0)},
-           reference=reference_of("elementwise_pow"), double_grad=True, name="square"),
-    OpCase("elementwise_pow", {"X": away_from((2, 3), 0.0, gap=0.5),
-                               "Y": np.array([2.0, 3.0, -1.0])},
-           reference=reference_of("elementwise_pow"), grad_inputs=("X",), double_grad=True,
-           name="integral_exponent_negative_base"),
-    OpCase("elementwise_pow", {"X": np.array([0.0, 0.5, 2.0]), "Y": positive((2, 3), 1.5, 2.5)},
-           reference=reference_of("elementwise_pow"), grad_inputs=("Y",), double_grad=True,
-           name="zero_base"),
-    OpCase("elementwise_add", {"X": np.array([[1, 2]], np.int32), "Y": np.array([3], np.int64)},
-           reference=reference_of("elementwise_add"), grad=False, name="int"),
-    OpCase("elementwise_div", {"X": np.array([7, -7], np.int64), "Y": np.array([2, 2])},
-           reference=reference_of("elementwise_div"), grad=False, name="int_true_division"),
-] + _comparison_cases()
+CASES = (
+    _arithmetic_cases()
+    + [
+        OpCase(
+            "elementwise_pow",
+            {"X": positive((2, 3)), "Y": np.array(2.0)},
+            reference=reference_of("elementwise_pow"),
+            double_grad=True,
+            name="square",
+        ),
+        OpCase(
+            "elementwise_pow",
+            {"X": away_from((2, 3), 0.0, gap=0.5), "Y": np.array([2.0, 3.0, -1.0])},
+            reference=reference_of("elementwise_pow"),
+            grad_inputs=("X",),
+            double_grad=True,
+            name="integral_exponent_negative_base",
+        ),
+        OpCase(
+            "elementwise_pow",
+            {"X": np.array([0.0, 0.5, 2.0]), "Y": positive((2, 3), 1.5, 2.5)},
+            reference=reference_of("elementwise_pow"),
+            grad_inputs=("Y",),
+            double_grad=True,
+            name="zero_base",
+        ),
+        OpCase(
+            "elementwise_add",
+            {"X": np.array([[1, 2]], np.int32), "Y": np.array([3], np.int64)},
+            reference=reference_of("elementwise_add"),
+            grad=False,
+            name="int",
+        ),
+        OpCase(
+            "elementwise_div",
+            {"X": np.array([7, -7], np.int64), "Y": np.array([2, 2])},
+            reference=reference_of("elementwise_div"),
+            grad=False,
+            name="int_true_division",
+        ),
+    ]
+    + _comparison_cases()
+)

@@ -23,6 +23,11 @@ def _check_saved(outputs, inputs, attrs):
 CASES = [
     OpCase("feed", {"X": (2, 3)}, {"name": "x"}, reference=lambda x, name: x, grad=False),
     OpCase("fetch", {"X": (4,)}, {"name": "loss"}, reference=lambda x, name: x, grad=False),
-    OpCase("save", {"X": [(2, 3), (3,)]}, {"path": _SAVE_PATH, "names": ["w", "b"]},
-           check=_check_saved, grad=False),
+    OpCase(
+        "save",
+        {"X": [(2, 3), (3,)]},
+        {"path": _SAVE_PATH, "names": ["w", "b"]},
+        check=_check_saved,
+        grad=False,
+    ),
 ]

@@ -22,8 +22,7 @@ def _mul(x, y, x_num_col_dims=1, y_num_col_dims=1):
 
 
 def _case(x, y, name, **attrs):
-    return OpCase("matmul", {"X": x, "Y": y}, attrs, reference=_matmul, double_grad=True,
-                  name=name)
+    return OpCase("matmul", {"X": x, "Y": y}, attrs, reference=_matmul, double_grad=True, name=name)
 
 
 TRANSPOSES = [
@@ -60,13 +59,23 @@ EMPTY = [
 ]
 
 MUL = [
-    OpCase("mul", {"X": (2, 3, 5), "Y": (3, 5, 2)}, {"x_num_col_dims": 1, "y_num_col_dims": 2},
-           reference=_mul, double_grad=True, name="flatten_both"),
-    OpCase("mul", {"X": (2, 3, 2, 2), "Y": (2, 2, 3)}, {"x_num_col_dims": 2,
-                                                        "y_num_col_dims": 2},
-           reference=_mul, double_grad=True, name="4d_x"),
-    OpCase("mul", {"X": (2, 0), "Y": (0, 3)}, reference=_mul, double_grad=True,
-           name="size0_inner"),
+    OpCase(
+        "mul",
+        {"X": (2, 3, 5), "Y": (3, 5, 2)},
+        {"x_num_col_dims": 1, "y_num_col_dims": 2},
+        reference=_mul,
+        double_grad=True,
+        name="flatten_both",
+    ),
+    OpCase(
+        "mul",
+        {"X": (2, 3, 2, 2), "Y": (2, 2, 3)},
+        {"x_num_col_dims": 2, "y_num_col_dims": 2},
+        reference=_mul,
+        double_grad=True,
+        name="4d_x",
+    ),
+    OpCase("mul", {"X": (2, 0), "Y": (0, 3)}, reference=_mul, double_grad=True, name="size0_inner"),
 ]
 
 CASES = TRANSPOSES + BATCHED + VECTORS + EMPTY + MUL

@@ -20,8 +20,9 @@ def _stats(values):
     return mean, sum((v - mean) ** 2 for v in values) / len(values)
 
 
-def batch_norm_reference(x, scale, bias, mean, variance, epsilon=1e-5, momentum=0.1,
-                         is_test=False, data_layout="NCHW"):
+def batch_norm_reference(
+    x, scale, bias, mean, variance, epsilon=1e-5, momentum=0.1, is_test=False, data_layout="NCHW"
+):
     axis = _channel_axis(x, data_layout)
     y = np.zeros(x.shape)
     outs = [np.zeros(scale.shape) for _ in range(4)]
@@ -84,13 +85,23 @@ def layer_norm_grad_reference(x, scale, mean, var, gy, begin_norm_axis=1, epsilo
 
 
 def _bn_inputs(shape, channels):
-    return {"X": shape, "Scale": (channels,), "Bias": (channels,), "Mean": (channels,),
-            "Variance": positive((channels,))}
+    return {
+        "X": shape,
+        "Scale": (channels,),
+        "Bias": (channels,),
+        "Mean": (channels,),
+        "Variance": positive((channels,)),
+    }
 
 
 def _bn_grad_inputs(shape, channels):
-    return {"X": shape, "Scale": (channels,), "SavedMean": (channels,),
-            "SavedVariance": positive((channels,)), "Y@GRAD": shape}
+    return {
+        "X": shape,
+        "Scale": (channels,),
+        "SavedMean": (channels,),
+        "SavedVariance": positive((channels,)),
+        "Y@GRAD": shape,
+    }
 
 
 # (name, X shape, channels, attrs)
@@ -116,26 +127,60 @@ LN_GEOMETRIES = [
 def _cases():
     cases = []
     for name, shape, channels, attrs in BN_GEOMETRIES:
-        cases.append(OpCase("batch_norm", _bn_inputs(shape, channels), attrs,
-                            reference=batch_norm_reference,
-                            double_grad=name in ("nchw", "eval", "ncl_size1"), name=name))
+        cases.append(
+            OpCase(
+                "batch_norm",
+                _bn_inputs(shape, channels),
+                attrs,
+                reference=batch_norm_reference,
+                double_grad=name in ("nchw", "eval", "ncl_size1"),
+                name=name,
+            )
+        )
         grad_attrs = {k: v for k, v in attrs.items() if k in ("is_test", "data_layout")}
-        cases.append(OpCase("batch_norm_grad", _bn_grad_inputs(shape, channels), grad_attrs,
-                            reference=batch_norm_grad_reference,
-                            double_grad=name in ("2d", "nhwc", "eval"), name=name))
+        cases.append(
+            OpCase(
+                "batch_norm_grad",
+                _bn_grad_inputs(shape, channels),
+                grad_attrs,
+                reference=batch_norm_grad_reference,
+                double_grad=name in ("2d", "nhwc", "eval"),
+                name=name,
+            )
+        )
     for name, shape, scale, bias, attrs in LN_GEOMETRIES:
         inputs = {"X": shape, "Scale": scale, "Bias": bias}
         inputs = {k: v for k, v in inputs.items() if v is not None}
-        cases.append(OpCase("layer_norm", inputs, attrs, reference=layer_norm_reference,
-                            double_grad=name in ("2d", "3d_flat_scale", "plain"), name=name))
+        cases.append(
+            OpCase(
+                "layer_norm",
+                inputs,
+                attrs,
+                reference=layer_norm_reference,
+                double_grad=name in ("2d", "3d_flat_scale", "plain"),
+                name=name,
+            )
+        )
         begin = attrs.get("begin_norm_axis", 1)
         rows = math.prod(shape[:begin])
-        grad_inputs = {"X": shape, "Scale": scale, "Mean": (rows,), "Variance": positive((rows,)),
-                       "Y@GRAD": shape}
+        grad_inputs = {
+            "X": shape,
+            "Scale": scale,
+            "Mean": (rows,),
+            "Variance": positive((rows,)),
+            "Y@GRAD": shape,
+        }
         grad_inputs = {k: v for k, v in grad_inputs.items() if v is not None}
-        cases.append(OpCase("layer_norm_grad", grad_inputs, attrs,
-                            reference=layer_norm_grad_reference,
-                            double_grad=name in ("2d", "last_axis", "plain"), name=name))
+        cases.append(
+            OpCase(
+                "layer_norm_grad",
+                grad_inputs,
+                attrs,
+                reference=layer_norm_grad_reference,
+                double_grad=name in ("2d", "last_axis", "plain"),
+                name=name,
+            )
+        )
     return cases
 
 

@@ -11,9 +11,11 @@ from tape.testing import OpCase
 def distinct(shape):
     """Values at least 0.05 apart, shuffled: no window has a tie, so max pooling's gradient is
     the same on both sides of a finite-difference step."""
+
     def make(rng, dtype):
         size = math.prod(shape)
         return (rng.permutation(size).reshape(shape) * 0.05 - 1.0).astype(dtype)
+
     return make
 
 
@@ -38,8 +40,10 @@ def _windows(shape, ksize, strides=None, paddings=(0, 0), ceil_mode=False, **_):
 
 def _argmax(x, b, ch, rows, cols):
     """First maximum in row-major order."""
-    return max(((i, j) for i in rows for j in cols), key=lambda ij: (x[b, ch, ij[0], ij[1]],
-                                                                    -ij[0], -ij[1]))
+    return max(
+        ((i, j) for i in rows for j in cols),
+        key=lambda ij: (x[b, ch, ij[0], ij[1]], -ij[0], -ij[1]),
+    )
 
 
 def pool_reference(x, pooling_type="max", exclusive=True, **attrs):
@@ -84,8 +88,11 @@ GEOMETRIES = [
     ("plain", (1, 2, 4, 6), {"ksize": [2, 2]}),
     ("overlap_pad", (1, 2, 5, 4), {"ksize": [3, 3], "strides": [1, 2], "paddings": [1, 1]}),
     ("ceil", (2, 1, 5, 4), {"ksize": [2, 3], "strides": [2, 2], "ceil_mode": True}),
-    ("ceil_pad4", (1, 1, 6, 7), {"ksize": [3, 2], "strides": [2, 3], "paddings": [1, 0, 0, 1],
-                                 "ceil_mode": True}),
+    (
+        "ceil_pad4",
+        (1, 1, 6, 7),
+        {"ksize": [3, 2], "strides": [2, 3], "paddings": [1, 0, 0, 1], "ceil_mode": True},
+    ),
     ("size1", (1, 1, 1, 5), {"ksize": [1, 2], "strides": [1, 1]}),
 ]
 
@@ -94,20 +101,56 @@ def _cases():
     cases = []
     for (name, shape, window), kind in itertools.product(GEOMETRIES, ("max", "avg")):
         attrs = {"pooling_type": kind, **window}
-        cases.append(OpCase("pool2d", {"X": distinct(shape)}, attrs, reference=pool_reference,
-                            double_grad=name == "overlap_pad", name=f"{kind}_{name}"))
-        cases.append(OpCase("pool2d_grad", {"X": distinct(shape),
-                                            "Out@GRAD": _gout(shape, window)}, attrs,
-                            reference=pool_grad_reference, double_grad=name == "ceil",
-                            name=f"{kind}_{name}"))
+        cases.append(
+            OpCase(
+                "pool2d",
+                {"X": distinct(shape)},
+                attrs,
+                reference=pool_reference,
+                double_grad=name == "overlap_pad",
+                name=f"{kind}_{name}",
+            )
+        )
+        cases.append(
+            OpCase(
+                "pool2d_grad",
+                {"X": distinct(shape), "Out@GRAD": _gout(shape, window)},
+                attrs,
+                reference=pool_grad_reference,
+                double_grad=name == "ceil",
+                name=f"{kind}_{name}",
+            )
+        )
     for name, shape, window in GEOMETRIES[1:4]:
         attrs = {"pooling_type": "avg", "exclusive": False, **window}
-        cases.append(OpCase("pool2d", {"X": shape}, attrs, reference=pool_reference,
-                            name=f"avg_inclusive_{name}"))
-        cases.append(OpCase("pool2d_grad", {"X": shape, "Out@GRAD": _gout(shape, window)}, attrs,
-                            reference=pool_grad_reference, name=f"avg_inclusive_{name}"))
-        cases.append(OpCase("max_pool2d_select", {"X": distinct(shape), "Y": shape}, window,
-                            reference=select_reference, double_grad=True, name=name))
+        cases.append(
+            OpCase(
+                "pool2d",
+                {"X": shape},
+                attrs,
+                reference=pool_reference,
+                name=f"avg_inclusive_{name}",
+            )
+        )
+        cases.append(
+            OpCase(
+                "pool2d_grad",
+                {"X": shape, "Out@GRAD": _gout(shape, window)},
+                attrs,
+                reference=pool_grad_reference,
+                name=f"avg_inclusive_{name}",
+            )
+        )
+        cases.append(
+            OpCase(
+                "max_pool2d_select",
+                {"X": distinct(shape), "Y": shape},
+                window,
+                reference=select_reference,
+                double_grad=True,
+                name=name,
+            )
+        )
     return cases
 
 

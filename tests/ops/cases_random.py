@@ -66,19 +66,39 @@ def _check_dropout(outputs, inputs, attrs):
 
 
 def _uniform(attrs, name, **options):
-    return OpCase("uniform_random", {}, {"shape": list(_SAMPLES), **attrs},
-                  check=_check_uniform, grad=False, name=name, **options)
+    return OpCase(
+        "uniform_random",
+        {},
+        {"shape": list(_SAMPLES), **attrs},
+        check=_check_uniform,
+        grad=False,
+        name=name,
+        **options,
+    )
 
 
 def _gaussian(attrs, name, **options):
-    return OpCase("gaussian_random", {}, {"shape": list(_SAMPLES), **attrs},
-                  check=_check_gaussian, grad=False, name=name, **options)
+    return OpCase(
+        "gaussian_random",
+        {},
+        {"shape": list(_SAMPLES), **attrs},
+        check=_check_gaussian,
+        grad=False,
+        name=name,
+        **options,
+    )
 
 
 def _dropout(attrs, name, shape=_SAMPLES, **options):
     options.setdefault("grad", False)
-    return OpCase("dropout", {"X": lambda rng, dt: rng.uniform(0.5, 2.0, shape).astype(dt)},
-                  attrs, check=_check_dropout, name=name, **options)
+    return OpCase(
+        "dropout",
+        {"X": lambda rng, dt: rng.uniform(0.5, 2.0, shape).astype(dt)},
+        attrs,
+        check=_check_dropout,
+        name=name,
+        **options,
+    )
 
 
 CASES = [
@@ -95,7 +115,8 @@ CASES = [
     _dropout({"dropout_prob": 0.7, "mode": "downgrade_in_infer"}, "downgrade"),
     _dropout({"dropout_prob": 0.0}, "p0"),
     _dropout({"is_test": True}, "is_test"),
-    _dropout({"is_test": True, "mode": "downgrade_in_infer", "dropout_prob": 0.3},
-             "is_test_downgrade"),
+    _dropout(
+        {"is_test": True, "mode": "downgrade_in_infer", "dropout_prob": 0.3}, "is_test_downgrade"
+    ),
     _dropout({"dropout_prob": 0.4, "seed": 3}, "seeded_grad", grad=True, double_grad=True),
 ]

@@ -8,15 +8,18 @@ from tape.testing import OpCase
 
 def _distinct(shape):
     """Values at least 0.3 apart, so no max/min is tied within a finite-difference step."""
+
     def make(rng, dtype):
         size = int(np.prod(shape))
         return (rng.permutation(size) * 0.3 - 0.15 * size).reshape(shape).astype(dtype)
+
     return make
 
 
 def _reduce(fn):
     def reference(x, axis=None, keepdim=False):
         return fn(x, axis=None if axis is None else tuple(np.atleast_1d(axis)), keepdims=keepdim)
+
     return reference
 
 
@@ -34,16 +37,35 @@ def _cases(op, fn, make=None, double=True):
     ref = _reduce(fn)
     return [
         OpCase(op, {"X": make((3, 4))}, {"axis": 1}, reference=ref, double_grad=double),
-        OpCase(op, {"X": make((2, 3, 4))}, {"axis": [0, 2], "keepdim": True}, reference=ref,
-               double_grad=double, name="keepdim"),
-        OpCase(op, {"X": make((2, 3, 4))}, {"axis": [-1, -3]}, reference=ref,
-               double_grad=double, name="negative_axes"),
+        OpCase(
+            op,
+            {"X": make((2, 3, 4))},
+            {"axis": [0, 2], "keepdim": True},
+            reference=ref,
+            double_grad=double,
+            name="keepdim",
+        ),
+        OpCase(
+            op,
+            {"X": make((2, 3, 4))},
+            {"axis": [-1, -3]},
+            reference=ref,
+            double_grad=double,
+            name="negative_axes",
+        ),
         OpCase(op, {"X": make((2, 3))}, {}, reference=ref, double_grad=double, name="all"),
-        OpCase(op, {"X": make((2, 3))}, {"keepdim": True}, reference=ref, double_grad=double,
-               name="all_keepdim"),
+        OpCase(
+            op,
+            {"X": make((2, 3))},
+            {"keepdim": True},
+            reference=ref,
+            double_grad=double,
+            name="all_keepdim",
+        ),
         OpCase(op, {"X": make(())}, {}, reference=ref, double_grad=double, name="0d"),
-        OpCase(op, {"X": make((0, 3))}, {"axis": 1}, reference=ref, double_grad=double,
-               name="size0"),
+        OpCase(
+            op, {"X": make((0, 3))}, {"axis": 1}, reference=ref, double_grad=double, name="size0"
+        ),
     ]
 
 
@@ -52,45 +74,105 @@ def _cases(op, fn, make=None, double=True):
 _TIES = np.array([[1.0, 3.0, 3.0, 0.5], [2.0, -1.0, 0.0, 2.0], [-1.0, 4.0, -1.0, 0.0]])
 
 REDUCE_SUM = _cases("reduce_sum", np.sum) + [
-    OpCase("reduce_sum", {"X": (0, 3)}, {"axis": 0}, reference=_reduce(np.sum),
-           double_grad=True, name="over_size0"),
+    OpCase(
+        "reduce_sum",
+        {"X": (0, 3)},
+        {"axis": 0},
+        reference=_reduce(np.sum),
+        double_grad=True,
+        name="over_size0",
+    ),
 ]
 
 REDUCE_MEAN = _cases("reduce_mean", np.mean) + [
-    OpCase("reduce_mean", {"X": (2, 3)}, {"axis": []}, reference=lambda x, **a: x,
-           double_grad=True, name="no_axes"),
+    OpCase(
+        "reduce_mean",
+        {"X": (2, 3)},
+        {"axis": []},
+        reference=lambda x, **a: x,
+        double_grad=True,
+        name="no_axes",
+    ),
 ]
 
-EXTREMES = _cases("reduce_max", np.max, _distinct) + _cases("reduce_min", np.min, _distinct) + [
-    OpCase("reduce_max", {"X": _TIES}, {"axis": 1}, reference=_reduce(np.max), name="ties"),
-    OpCase("reduce_min", {"X": _TIES}, {"axis": 1}, reference=_reduce(np.min), name="ties"),
-]
+EXTREMES = (
+    _cases("reduce_max", np.max, _distinct)
+    + _cases("reduce_min", np.min, _distinct)
+    + [
+        OpCase("reduce_max", {"X": _TIES}, {"axis": 1}, reference=_reduce(np.max), name="ties"),
+        OpCase("reduce_min", {"X": _TIES}, {"axis": 1}, reference=_reduce(np.min), name="ties"),
+    ]
+)
 
 LOGSUMEXP = _cases("logsumexp", _logsumexp) + [
-    OpCase("logsumexp", {"X": lambda rng, dt: (rng.standard_normal((2, 5)) + 1000).astype(dt)},
-           {"axis": 1}, reference=_reduce(_logsumexp), double_grad=True, name="large"),
-    OpCase("logsumexp", {"X": lambda rng, dt: (rng.standard_normal((2, 5)) - 1000).astype(dt)},
-           {"axis": 1}, reference=_reduce(_logsumexp), double_grad=True, name="tiny"),
-    OpCase("logsumexp", {"X": np.array([[-np.inf, -np.inf], [0.0, -np.inf]])}, {"axis": 1},
-           reference=_reduce(_logsumexp), grad=False, name="minus_inf"),
-    OpCase("logsumexp", {"X": (2, 0)}, {"axis": 1}, reference=_reduce(_logsumexp), grad=False,
-           name="empty_axis"),
+    OpCase(
+        "logsumexp",
+        {"X": lambda rng, dt: (rng.standard_normal((2, 5)) + 1000).astype(dt)},
+        {"axis": 1},
+        reference=_reduce(_logsumexp),
+        double_grad=True,
+        name="large",
+    ),
+    OpCase(
+        "logsumexp",
+        {"X": lambda rng, dt: (rng.standard_normal((2, 5)) - 1000).astype(dt)},
+        {"axis": 1},
+        reference=_reduce(_logsumexp),
+        double_grad=True,
+        name="tiny",
+    ),
+    OpCase(
+        "logsumexp",
+        {"X": np.array([[-np.inf, -np.inf], [0.0, -np.inf]])},
+        {"axis": 1},
+        reference=_reduce(_logsumexp),
+        grad=False,
+        name="minus_inf",
+    ),
+    OpCase(
+        "logsumexp",
+        {"X": (2, 0)},
+        {"axis": 1},
+        reference=_reduce(_logsumexp),
+        grad=False,
+        name="empty_axis",
+    ),
 ]
 
 SEED_OPS = [
     OpCase("mean", {"X": ()}, reference=lambda x: np.mean(x), double_grad=True, name="0d"),
-    OpCase("sum", {"X": [(), ()]}, reference=lambda xs: xs[0] + xs[1], double_grad=True,
-           name="0d"),
-    OpCase("sum", {"X": [(0, 2), (0, 2)]}, reference=lambda xs: xs[0] + xs[1],
-           double_grad=True, name="size0"),
-    OpCase("sum_to_shape", {"X": (2, 3, 4)}, {"shape": [1, 4]},
-           reference=lambda x, shape: x.sum(axis=(0, 1)).reshape(1, 4), double_grad=True,
-           name="extra_and_kept_axes"),
-    OpCase("sum_to_shape", {"X": (2, 3)}, {"shape": []},
-           reference=lambda x, shape: x.sum(), double_grad=True, name="to_0d"),
-    OpCase("sum_to_shape", {"X": (0, 3)}, {"shape": [1, 3]},
-           reference=lambda x, shape: x.sum(axis=0, keepdims=True), double_grad=True,
-           name="size0"),
+    OpCase("sum", {"X": [(), ()]}, reference=lambda xs: xs[0] + xs[1], double_grad=True, name="0d"),
+    OpCase(
+        "sum",
+        {"X": [(0, 2), (0, 2)]},
+        reference=lambda xs: xs[0] + xs[1],
+        double_grad=True,
+        name="size0",
+    ),
+    OpCase(
+        "sum_to_shape",
+        {"X": (2, 3, 4)},
+        {"shape": [1, 4]},
+        reference=lambda x, shape: x.sum(axis=(0, 1)).reshape(1, 4),
+        double_grad=True,
+        name="extra_and_kept_axes",
+    ),
+    OpCase(
+        "sum_to_shape",
+        {"X": (2, 3)},
+        {"shape": []},
+        reference=lambda x, shape: x.sum(),
+        double_grad=True,
+        name="to_0d",
+    ),
+    OpCase(
+        "sum_to_shape",
+        {"X": (0, 3)},
+        {"shape": [1, 3]},
+        reference=lambda x, shape: x.sum(axis=0, keepdims=True),
+        double_grad=True,
+        name="size0",
+    ),
 ]
 
 CASES = REDUCE_SUM + REDUCE_MEAN + EXTREMES + LOGSUMEXP + SEED_OPS

@@ -37,8 +37,15 @@ def lstm_cell_grad_reference(gates, c, cout, g_hout=None, g_cout=None):
     g_cout = np.zeros_like(c) if g_cout is None else g_cout
     tanh_c = np.tanh(cout)
     g_state = g_cout + g_hout * o * (1 - tanh_c**2)
-    gz = np.concatenate([g_state * g * i * (1 - i), g_state * c * f * (1 - f),
-                         g_state * i * (1 - g**2), g_hout * tanh_c * o * (1 - o)], axis=-1)
+    gz = np.concatenate(
+        [
+            g_state * g * i * (1 - i),
+            g_state * c * f * (1 - f),
+            g_state * i * (1 - g**2),
+            g_hout * tanh_c * o * (1 - o),
+        ],
+        axis=-1,
+    )
     return gz, g_state * f
 
 
@@ -57,30 +64,65 @@ def _grad_case(name, lead, hidden, with_hout=True, with_cout=True):
         inputs["Hout@GRAD"] = lead + (hidden,)
     if with_cout:
         inputs["Cout@GRAD"] = lead + (hidden,)
-    return OpCase("lstm_cell_grad", inputs, reference=lstm_cell_grad_reference, grad=False,
-                  name=name)
+    return OpCase(
+        "lstm_cell_grad", inputs, reference=lstm_cell_grad_reference, grad=False, name=name
+    )
 
 
 CASES = [
-    OpCase("lstm_cell", {"Gi": (2, 12), "Gh": (2, 12), "C": (2, 3), "BiasIh": (12,),
-                         "BiasHh": (12,)}, reference=lstm_cell_returned, double_grad=True,
-           name="batch_bias"),
-    OpCase("lstm_cell", {"Gi": (2, 8), "Gh": (2, 8), "C": (2, 2)},
-           reference=lstm_cell_returned, double_grad=True, name="batch_no_bias"),
-    OpCase("lstm_cell", {"Gi": (8,), "Gh": (8,), "C": (2,), "BiasIh": (8,), "BiasHh": (8,)},
-           reference=lstm_cell_returned, double_grad=True, name="vector_bias"),
-    OpCase("lstm_cell", {"Gi": (12,), "Gh": (12,), "C": (3,), "BiasHh": (12,)},
-           reference=lstm_cell_returned, name="vector_one_bias"),
-    OpCase("lstm_cell", {"Gi": (3, 2, 8), "Gh": (3, 2, 8), "C": (3, 2, 2), "BiasIh": (8,),
-                         "BiasHh": (8,)}, reference=lstm_cell_returned, name="two_leading_axes"),
-    OpCase("lstm_cell", {"Gi": (16, 512), "Gh": (16, 512), "C": (16, 128), "BiasIh": (512,),
-                         "BiasHh": (512,)}, reference=lstm_cell_returned, name="benchmark_size"),
-    OpCase("lstm_cell", {"Gi": (0, 8), "Gh": (0, 8), "C": (0, 2)},
-           reference=lstm_cell_returned, name="empty_batch"),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (2, 12), "Gh": (2, 12), "C": (2, 3), "BiasIh": (12,), "BiasHh": (12,)},
+        reference=lstm_cell_returned,
+        double_grad=True,
+        name="batch_bias",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (2, 8), "Gh": (2, 8), "C": (2, 2)},
+        reference=lstm_cell_returned,
+        double_grad=True,
+        name="batch_no_bias",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (8,), "Gh": (8,), "C": (2,), "BiasIh": (8,), "BiasHh": (8,)},
+        reference=lstm_cell_returned,
+        double_grad=True,
+        name="vector_bias",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (12,), "Gh": (12,), "C": (3,), "BiasHh": (12,)},
+        reference=lstm_cell_returned,
+        name="vector_one_bias",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (3, 2, 8), "Gh": (3, 2, 8), "C": (3, 2, 2), "BiasIh": (8,), "BiasHh": (8,)},
+        reference=lstm_cell_returned,
+        name="two_leading_axes",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (16, 512), "Gh": (16, 512), "C": (16, 128), "BiasIh": (512,), "BiasHh": (512,)},
+        reference=lstm_cell_returned,
+        name="benchmark_size",
+    ),
+    OpCase(
+        "lstm_cell",
+        {"Gi": (0, 8), "Gh": (0, 8), "C": (0, 2)},
+        reference=lstm_cell_returned,
+        name="empty_batch",
+    ),
     # Saturated gates: sigmoid reaches its limits 0 and 1 (exp(-z) overflows to inf).
-    OpCase("lstm_cell", {"Gi": lambda rng, dt: np.array([[-1e3, 1e3, 0.5, -1e3]], dt),
-                         "Gh": (1, 4), "C": (1, 1)},
-           reference=lstm_cell_returned, grad=False, name="saturated"),
+    OpCase(
+        "lstm_cell",
+        {"Gi": lambda rng, dt: np.array([[-1e3, 1e3, 0.5, -1e3]], dt), "Gh": (1, 4), "C": (1, 1)},
+        reference=lstm_cell_returned,
+        grad=False,
+        name="saturated",
+    ),
     _grad_case("both", (2,), 3),
     _grad_case("hout_only", (2,), 3, with_cout=False),
     _grad_case("cout_only", (), 4, with_hout=False),

@@ -10,8 +10,9 @@ import tape
 from ops import blas
 
 matmul_module = sys.modules["ops.matmul"]
-controllable = pytest.mark.skipif(blas.get_num_threads() is None,
-                                  reason="numpy's BLAS exposes no thread control here")
+controllable = pytest.mark.skipif(
+    blas.get_num_threads() is None, reason="numpy's BLAS exposes no thread control here"
+)
 
 
 @controllable
@@ -38,8 +39,9 @@ def test_product_equals_numpy_for_plain_and_transposed_weights(m, k, n):
     x = rng.standard_normal((m, k))
     weight = rng.standard_normal((n, k))
     np.testing.assert_allclose(matmul_module.product(np, x, weight.T), x @ weight.T, rtol=1e-12)
-    np.testing.assert_allclose(matmul_module.product(np, x, weight.T.copy()), x @ weight.T,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        matmul_module.product(np, x, weight.T.copy()), x @ weight.T, rtol=1e-12
+    )
 
 
 def test_batched_products_are_unchanged():

@@ -17,8 +17,7 @@ import ops
 import tape
 from tape import Variable
 
-SHAPES = mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, min_side=0,
-                                       max_side=4)
+SHAPES = mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, min_side=0, max_side=4)
 FLOATS = st.sampled_from([np.float32, np.float64])
 SEEDS = st.integers(0, 2**32 - 1)
 
@@ -34,10 +33,16 @@ BINARY = {
     "elementwise_mul": (np.multiply, lambda x, y: y, lambda x, y: x),
     "elementwise_div": (np.divide, lambda x, y: 1 / y, lambda x, y: -x / y**2),
     "elementwise_pow": (np.power, lambda x, y: y * x ** (y - 1), lambda x, y: x**y * np.log(x)),
-    "elementwise_max": (np.maximum, lambda x, y: (x > y) + _ties(x, y),
-                        lambda x, y: (y > x) + _ties(x, y)),
-    "elementwise_min": (np.minimum, lambda x, y: (x < y) + _ties(x, y),
-                        lambda x, y: (y < x) + _ties(x, y)),
+    "elementwise_max": (
+        np.maximum,
+        lambda x, y: (x > y) + _ties(x, y),
+        lambda x, y: (y > x) + _ties(x, y),
+    ),
+    "elementwise_min": (
+        np.minimum,
+        lambda x, y: (x < y) + _ties(x, y),
+        lambda x, y: (y < x) + _ties(x, y),
+    ),
 }
 
 
@@ -52,8 +57,7 @@ def _inputs(op, shapes, dtypes, seed):
     """X and Y for ``op``: positive bases for pow, divisors away from zero."""
     rng = np.random.default_rng(seed)
     x_shape, y_shape = shapes.input_shapes
-    x = rng.uniform(0.5, 2.0, x_shape) if op == "elementwise_pow" else rng.standard_normal(
-        x_shape)
+    x = rng.uniform(0.5, 2.0, x_shape) if op == "elementwise_pow" else rng.standard_normal(x_shape)
     y = rng.standard_normal(y_shape)
     if op == "elementwise_div":
         y = rng.uniform(0.5, 2.0, y_shape) * rng.choice([-1.0, 1.0], y_shape)
@@ -63,8 +67,9 @@ def _inputs(op, shapes, dtypes, seed):
 def _assert_sum_close(got, expected, magnitude, low_precision):
     """got ~ expected, allowing rounding relative to the summed magnitudes of the terms."""
     rtol, scale = (1e-4, 1e-5) if low_precision else (1e-10, 1e-13)
-    np.testing.assert_array_less(np.abs(got - expected), rtol * np.abs(expected)
-                                 + scale * magnitude + 1e-30)
+    np.testing.assert_array_less(
+        np.abs(got - expected), rtol * np.abs(expected) + scale * magnitude + 1e-30
+    )
 
 
 @pytest.mark.parametrize("op", sorted(BINARY))
@@ -89,8 +94,12 @@ def test_binary_op_matches_numpy_in_value_dtype_and_gradient(op, shapes, dtypes,
     for got, var, local in ((gx, x, dx_local(xb, yb)), (gy, y, dy_local(xb, yb))):
         assert got.shape == var.shape and got.dtype == var.dtype
         terms = gout.astype(np.float64) * local
-        _assert_sum_close(got.numpy().astype(np.float64), unbroadcast(terms, var.shape),
-                          unbroadcast(np.abs(terms), var.shape), low_precision)
+        _assert_sum_close(
+            got.numpy().astype(np.float64),
+            unbroadcast(terms, var.shape),
+            unbroadcast(np.abs(terms), var.shape),
+            low_precision,
+        )
 
 
 # A Python scalar never promotes an array (numpy 2's weak scalars); arrays promote as in numpy.
@@ -110,8 +119,7 @@ MIXED = {
 
 @pytest.mark.parametrize("expression", sorted(MIXED))
 @settings(max_examples=10, deadline=None)
-@given(shape=array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), dtype=FLOATS,
-       seed=SEEDS)
+@given(shape=array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3), dtype=FLOATS, seed=SEEDS)
 def test_scalars_and_arrays_mix_with_variables_like_numpy(expression, shape, dtype, seed):
     fn, slope = MIXED[expression]
     x = np.random.default_rng(seed).standard_normal(shape).astype(dtype)
@@ -137,8 +145,9 @@ def test_float32_stays_float32_through_a_chain_with_scalars():
     assert x.grad().dtype == np.float32
 
 
-@pytest.mark.parametrize("op, x_share", [("elementwise_max", [0.5, 0.0, 1.0]),
-                                         ("elementwise_min", [0.5, 1.0, 0.0])])
+@pytest.mark.parametrize(
+    "op, x_share", [("elementwise_max", [0.5, 0.0, 1.0]), ("elementwise_min", [0.5, 1.0, 0.0])]
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_ties_split_the_gradient_evenly(op, x_share, dtype):
     tape.reset_global_tape()

@@ -71,17 +71,28 @@ def test_losses_match_pytorch():
     other = rng.standard_normal((7, 4))
     t_logits = torch.tensor(logits, requires_grad=True)
     cases = [
-        (lambda x: ops.softmax_with_cross_entropy(x, label).loss.reshape(-1),
-         lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(label), reduction="none")),
-        (lambda x: ops.softmax_with_cross_entropy(x, soft, soft_label=True).loss.reshape(-1),
-         lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(soft), reduction="none")),
-        (lambda x: ops.sigmoid_cross_entropy_with_logits(x, target),
-         lambda x: torch.nn.functional.binary_cross_entropy_with_logits(
-             x, torch.tensor(target), reduction="none")),
-        (lambda x: ops.mse(x, other),
-         lambda x: torch.nn.functional.mse_loss(x, torch.tensor(other))),
-        (lambda x: ops.mse(x, other, reduction="sum"),
-         lambda x: torch.nn.functional.mse_loss(x, torch.tensor(other), reduction="sum")),
+        (
+            lambda x: ops.softmax_with_cross_entropy(x, label).loss.reshape(-1),
+            lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(label), reduction="none"),
+        ),
+        (
+            lambda x: ops.softmax_with_cross_entropy(x, soft, soft_label=True).loss.reshape(-1),
+            lambda x: torch.nn.functional.cross_entropy(x, torch.tensor(soft), reduction="none"),
+        ),
+        (
+            lambda x: ops.sigmoid_cross_entropy_with_logits(x, target),
+            lambda x: torch.nn.functional.binary_cross_entropy_with_logits(
+                x, torch.tensor(target), reduction="none"
+            ),
+        ),
+        (
+            lambda x: ops.mse(x, other),
+            lambda x: torch.nn.functional.mse_loss(x, torch.tensor(other)),
+        ),
+        (
+            lambda x: ops.mse(x, other, reduction="sum"),
+            lambda x: torch.nn.functional.mse_loss(x, torch.tensor(other), reduction="sum"),
+        ),
     ]
     for ours, theirs in cases:
         tape.reset_global_tape()
@@ -111,34 +122,70 @@ def _raises(error, call, *messages):
 
 def test_label_errors_name_the_problem():
     x = _logits()
-    _raises(TypeError, lambda: ops.softmax_with_cross_entropy(x, np.ones((6, 1))),
-            "Label must hold integer class indices", "hint: pass soft_label=True")
-    _raises(ValueError, lambda: ops.softmax_with_cross_entropy(x, np.zeros(5, np.int64)),
-            "Label does not match Logits", "expected: Label.shape == (6, 1) or (6,)",
-            "actual:   Label.shape=(5,)")
-    _raises(ValueError, lambda: ops.softmax_with_cross_entropy(x, np.zeros((6, 2), np.int64)),
-            "Label does not match Logits")
+    _raises(
+        TypeError,
+        lambda: ops.softmax_with_cross_entropy(x, np.ones((6, 1))),
+        "Label must hold integer class indices",
+        "hint: pass soft_label=True",
+    )
+    _raises(
+        ValueError,
+        lambda: ops.softmax_with_cross_entropy(x, np.zeros(5, np.int64)),
+        "Label does not match Logits",
+        "expected: Label.shape == (6, 1) or (6,)",
+        "actual:   Label.shape=(5,)",
+    )
+    _raises(
+        ValueError,
+        lambda: ops.softmax_with_cross_entropy(x, np.zeros((6, 2), np.int64)),
+        "Label does not match Logits",
+    )
     # Label values are only seen when the kernel runs.
-    _raises(tape.ExecutionError, lambda: ops.softmax_with_cross_entropy(x, np.full(6, 5)),
-            "kernel failed: ValueError: class index 5 is outside [0, 5)")
-    _raises(ValueError, lambda: ops.softmax_with_cross_entropy(x, np.ones((6, 4), np.float32),
-                                                               soft_label=True),
-            "soft labels must have Logits' shape")
-    _raises(ValueError, lambda: ops.softmax_with_cross_entropy(x, np.zeros(6, np.int64), axis=2),
-            "axis 2 is out of range")
+    _raises(
+        tape.ExecutionError,
+        lambda: ops.softmax_with_cross_entropy(x, np.full(6, 5)),
+        "kernel failed: ValueError: class index 5 is outside [0, 5)",
+    )
+    _raises(
+        ValueError,
+        lambda: ops.softmax_with_cross_entropy(x, np.ones((6, 4), np.float32), soft_label=True),
+        "soft labels must have Logits' shape",
+    )
+    _raises(
+        ValueError,
+        lambda: ops.softmax_with_cross_entropy(x, np.zeros(6, np.int64), axis=2),
+        "axis 2 is out of range",
+    )
 
 
 def test_other_nn_errors():
     x = _logits()
-    _raises(TypeError, lambda: ops.softmax(tape.Variable(np.ones((2, 2), np.int64))),
-            "input X must be floating point")
-    _raises(ValueError, lambda: ops.mse(x, np.ones((3,), np.float32)),
-            "cannot be broadcast together")
-    _raises(ValueError, lambda: ops.mse(x, x, reduction="avg"),
-            "attribute 'reduction' has an invalid value", "one of ['mean', 'sum', 'none']")
-    _raises(ValueError, lambda: ops.sigmoid_cross_entropy_with_logits(x, np.ones((6,), np.float32)),
-            "Label must have X's shape and dtype")
-    _raises(tape.ExecutionError, lambda: ops.one_hot(tape.Variable(np.array([0, 3])), depth=3),
-            "class index 3 is outside [0, 3)")
-    _raises(TypeError, lambda: ops.one_hot(tape.Variable(np.array([0.0])), depth=3),
-            "input X must hold integer class indices")
+    _raises(
+        TypeError,
+        lambda: ops.softmax(tape.Variable(np.ones((2, 2), np.int64))),
+        "input X must be floating point",
+    )
+    _raises(
+        ValueError, lambda: ops.mse(x, np.ones((3,), np.float32)), "cannot be broadcast together"
+    )
+    _raises(
+        ValueError,
+        lambda: ops.mse(x, x, reduction="avg"),
+        "attribute 'reduction' has an invalid value",
+        "one of ['mean', 'sum', 'none']",
+    )
+    _raises(
+        ValueError,
+        lambda: ops.sigmoid_cross_entropy_with_logits(x, np.ones((6,), np.float32)),
+        "Label must have X's shape and dtype",
+    )
+    _raises(
+        tape.ExecutionError,
+        lambda: ops.one_hot(tape.Variable(np.array([0, 3])), depth=3),
+        "class index 3 is outside [0, 3)",
+    )
+    _raises(
+        TypeError,
+        lambda: ops.one_hot(tape.Variable(np.array([0.0])), depth=3),
+        "input X must hold integer class indices",
+    )

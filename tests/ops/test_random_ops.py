@@ -76,8 +76,9 @@ def test_seeded_dropout_draws_the_same_mask_every_time():
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_dropout_in_evaluation_is_the_identity(dtype):
-    x = tape.Variable(np.random.default_rng(0).standard_normal((4, 6)).astype(dtype),
-                      requires_grad=True)
+    x = tape.Variable(
+        np.random.default_rng(0).standard_normal((4, 6)).astype(dtype), requires_grad=True
+    )
     out, mask = ops.dropout(x, dropout_prob=0.6, is_test=True)
     np.testing.assert_array_equal(out.numpy(), x.numpy())
     assert out.dtype == x.dtype
@@ -120,14 +121,23 @@ def test_dropout_gradient_does_not_flow_through_the_mask():
     assert gx is None or not np.any(gx.numpy())
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda x: ops.dropout(x, dropout_prob=1.0), "attribute 'dropout_prob' has an invalid value"),
-    (lambda x: ops.dropout(x, mode="scale"), "expected: one of ['upscale_in_train', "),
-    (lambda x: ops.uniform_random(shape=[2], dtype="int32"), "a floating-point dtype"),
-    (lambda x: ops.gaussian_random(shape=[2], std=-1.0), "attribute 'std' has an invalid value"),
-    (lambda x: ops.uniform_random(), "missing required attribute 'shape'"),
-    (lambda x: ops.uniform_random(shape=[2, -1]), "attribute 'shape' has a negative dimension"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda x: ops.dropout(x, dropout_prob=1.0),
+            "attribute 'dropout_prob' has an invalid value",
+        ),
+        (lambda x: ops.dropout(x, mode="scale"), "expected: one of ['upscale_in_train', "),
+        (lambda x: ops.uniform_random(shape=[2], dtype="int32"), "a floating-point dtype"),
+        (
+            lambda x: ops.gaussian_random(shape=[2], std=-1.0),
+            "attribute 'std' has an invalid value",
+        ),
+        (lambda x: ops.uniform_random(), "missing required attribute 'shape'"),
+        (lambda x: ops.uniform_random(shape=[2, -1]), "attribute 'shape' has a negative dimension"),
+    ],
+)
 def test_bad_attributes_are_reported_at_the_call(call, message):
     x = tape.Variable(np.ones((2, 2), np.float32))
     with pytest.raises((ValueError, TypeError)) as info:

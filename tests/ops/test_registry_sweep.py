@@ -87,5 +87,6 @@ def _float32_gradient_dtypes(case):
             loss = term if loss is None else loss + term
     if loss is None:
         return True
-    return all(g is None or g.dtype == leaf.dtype for g, leaf in zip(tape.grad(loss, leaves),
-                                                                      leaves))
+    return all(
+        g is None or g.dtype == leaf.dtype for g, leaf in zip(tape.grad(loss, leaves), leaves)
+    )

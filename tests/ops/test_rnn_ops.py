@@ -14,10 +14,14 @@ RNG = np.random.default_rng(0)
 
 
 def _inputs(batch=2, hidden=3, dtype=np.float64):
-    shapes = [(batch, 4 * hidden), (batch, 4 * hidden), (batch, hidden), (4 * hidden,),
-              (4 * hidden,)]
-    return [tape.Variable(RNG.standard_normal(s).astype(dtype), requires_grad=True)
-            for s in shapes]
+    shapes = [
+        (batch, 4 * hidden),
+        (batch, 4 * hidden),
+        (batch, hidden),
+        (4 * hidden,),
+        (4 * hidden,),
+    ]
+    return [tape.Variable(RNG.standard_normal(s).astype(dtype), requires_grad=True) for s in shapes]
 
 
 def _loss(h, c, seed=1):
@@ -102,24 +106,38 @@ def _variables(*shapes, dtype=np.float32):
     return [tape.Variable(np.zeros(s, dtype)) for s in shapes]
 
 
-@pytest.mark.parametrize("shapes, message", [
-    (((2, 8), (2, 12), (2, 2)),
-     r"Gi and Gh must have the same shape\n.*Gi.shape == Gh.shape\n"
-     r".*Gi.shape=\(2, 8\), Gh.shape=\(2, 12\)"),
-    (((2, 10), (2, 10), (2, 2)),
-     r"the last axis of Gi must hold 4 gates \(i, f, g, o\)\n.*Gi.shape == \(..., 4 \* H\)\n"
-     r".*Gi.shape=\(2, 10\)"),
-    (((), (), ()), r"the last axis of Gi must hold 4 gates.*\n.*\n.*Gi.shape=\(\)"),
-    (((2, 8), (2, 8), (3, 2)),
-     r"the leading axes of C and Gi differ\n.*C.shape\[:-1\] == Gi.shape\[:-1\] == \(2,\)\n"
-     r".*C.shape=\(3, 2\), Gi.shape=\(2, 8\)"),
-    (((2, 8), (2, 8), (2, 3)),
-     r"the last axis of C must be a quarter of Gi's.*\n"
-     r".*C.shape\[-1\] == Gi.shape\[-1\] / 4 == 2\n.*C.shape=\(2, 3\), Gi.shape=\(2, 8\)"),
-    (((8,), (8,), (2,), (8,), (2, 8)),
-     r"BiasHh must hold one value per gate unit\n.*BiasHh.shape == \(8,\) \(Gi.shape\[-1\]\)\n"
-     r".*BiasHh.shape=\(2, 8\)"),
-])
+@pytest.mark.parametrize(
+    "shapes, message",
+    [
+        (
+            ((2, 8), (2, 12), (2, 2)),
+            r"Gi and Gh must have the same shape\n.*Gi.shape == Gh.shape\n"
+            r".*Gi.shape=\(2, 8\), Gh.shape=\(2, 12\)",
+        ),
+        (
+            ((2, 10), (2, 10), (2, 2)),
+            r"the last axis of Gi must hold 4 gates \(i, f, g, o\)\n.*Gi.shape == \(..., 4 \* H\)\n"
+            r".*Gi.shape=\(2, 10\)",
+        ),
+        (((), (), ()), r"the last axis of Gi must hold 4 gates.*\n.*\n.*Gi.shape=\(\)"),
+        (
+            ((2, 8), (2, 8), (3, 2)),
+            r"the leading axes of C and Gi differ\n.*C.shape\[:-1\] == Gi.shape\[:-1\] == \(2,\)\n"
+            r".*C.shape=\(3, 2\), Gi.shape=\(2, 8\)",
+        ),
+        (
+            ((2, 8), (2, 8), (2, 3)),
+            r"the last axis of C must be a quarter of Gi's.*\n"
+            r".*C.shape\[-1\] == Gi.shape\[-1\] / 4 == 2\n.*C.shape=\(2, 3\), Gi.shape=\(2, 8\)",
+        ),
+        (
+            ((8,), (8,), (2,), (8,), (2, 8)),
+            r"BiasHh must hold one value per gate unit\n"
+            r".*BiasHh.shape == \(8,\) \(Gi.shape\[-1\]\)\n"
+            r".*BiasHh.shape=\(2, 8\)",
+        ),
+    ],
+)
 def test_bad_shapes_name_the_slots_and_shapes(shapes, message):
     with pytest.raises(ValueError, match=r"op 'lstm_cell' \(lstm_cell_\d+\): " + message):
         ops.lstm_cell(*_variables(*shapes))
@@ -127,19 +145,28 @@ def test_bad_shapes_name_the_slots_and_shapes(shapes, message):
 
 def test_bad_dtypes_name_the_slot():
     gi, gh, c = _variables((2, 8), (2, 8), (2, 2))
-    with pytest.raises(TypeError, match=r"input C must have Gi's dtype\n.*float32\n"
-                       r".*C.dtype == float64"):
+    with pytest.raises(
+        TypeError,
+        match=r"input C must have Gi's dtype\n.*float32\n"
+        r".*C.dtype == float64",
+    ):
         ops.lstm_cell(gi, gh, tape.Variable(np.zeros((2, 2))))
     ints = _variables((2, 8), (2, 8), (2, 2), dtype=np.int32)
-    with pytest.raises(TypeError, match=r"input Gi must be floating point\n"
-                       r".*float16, float32 or float64\n.*int32"):
+    with pytest.raises(
+        TypeError,
+        match=r"input Gi must be floating point\n"
+        r".*float16, float32 or float64\n.*int32",
+    ):
         ops.lstm_cell(*ints)
 
 
 def test_the_gradient_op_checks_its_optional_gradients_too():
     gates, c, cout, g_hout = _variables((2, 8), (2, 2), (2, 2), (2, 3))
-    with pytest.raises(ValueError, match=r"op 'lstm_cell_grad'.*: the last axis of Hout@GRAD "
-                       r"must be a quarter of Gates's"):
+    with pytest.raises(
+        ValueError,
+        match=r"op 'lstm_cell_grad'.*: the last axis of Hout@GRAD "
+        r"must be a quarter of Gates's",
+    ):
         ops.lstm_cell_grad(gates, c, cout, g_hout)
 
 
@@ -156,8 +183,10 @@ def test_the_gradient_reference_is_the_forward_references_derivative():
     _, cout, gates = lstm_cell_reference(z, np.zeros(8), c)
     gz, gc = lstm_cell_grad_reference(gates, c, cout, g_hout, g_cout)
     eps = 1e-6
-    for got, array, perturbed in ((gz, z, lambda d: objective(z + d, c)),
-                                  (gc, c, lambda d: objective(z, c + d))):
+    for got, array, perturbed in (
+        (gz, z, lambda d: objective(z + d, c)),
+        (gc, c, lambda d: objective(z, c + d)),
+    ):
         unit = np.eye(array.size)
         numeric = [(perturbed(eps * e) - perturbed(-eps * e)) / (2 * eps) for e in unit]
         np.testing.assert_allclose(got, numeric, rtol=1e-6, atol=1e-9)

@@ -26,12 +26,12 @@ def recorded_types(monkeypatch):
     return types
 
 
-@pytest.mark.parametrize("op, grad_op", [("tanh", "tanh_grad"), ("sigmoid", "sigmoid_grad"),
-                                         ("relu", "relu_grad")])
+@pytest.mark.parametrize(
+    "op, grad_op", [("tanh", "tanh_grad"), ("sigmoid", "sigmoid_grad"), ("relu", "relu_grad")]
+)
 def test_hot_activations_take_one_op_forward_and_one_backward(op, grad_op, recorded_types):
     tape.reset_global_tape()
-    x = Variable(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3) + 0.05,
-                 requires_grad=True)
+    x = Variable(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3) + 0.05, requires_grad=True)
     out = ops.REGISTRY[op](x)
     assert recorded_types == [op]
     (gx,) = tape.grad(out, [x], grad=np.ones((2, 3), np.float32))
@@ -40,13 +40,17 @@ def test_hot_activations_take_one_op_forward_and_one_backward(op, grad_op, recor
 
 
 def test_erf_is_accurate_to_a_few_ulp_in_float64():
-    x = np.concatenate([np.linspace(-7.0, 7.0, 14001), np.geomspace(1e-300, 7.0, 2000),
-                        [0.0, 2.0, -2.0, np.nextafter(2.0, 0.0), 6.0]])
+    x = np.concatenate(
+        [
+            np.linspace(-7.0, 7.0, 14001),
+            np.geomspace(1e-300, 7.0, 2000),
+            [0.0, 2.0, -2.0, np.nextafter(2.0, 0.0), 6.0],
+        ]
+    )
     tape.reset_global_tape()
     got = ops.erf(Variable(x)).numpy()
     expected = np.array([math.erf(v) for v in x])
-    np.testing.assert_array_less(np.abs(got - expected),
-                                 4 * np.spacing(np.abs(expected)) + 1e-320)
+    np.testing.assert_array_less(np.abs(got - expected), 4 * np.spacing(np.abs(expected)) + 1e-320)
 
 
 def test_erf_in_float32_stays_float32_and_within_four_ulp():
@@ -56,8 +60,9 @@ def test_erf_in_float32_stays_float32_and_within_four_ulp():
     got = ops.erf(Variable(x)).numpy()
     assert got.dtype == np.float32
     expected = np.array([math.erf(float(v)) for v in x])
-    np.testing.assert_array_less(np.abs(got - expected),
-                                 4 * np.spacing(np.abs(expected).astype(np.float32)) + 1e-38)
+    np.testing.assert_array_less(
+        np.abs(got - expected), 4 * np.spacing(np.abs(expected).astype(np.float32)) + 1e-38
+    )
 
 
 def test_erf_limits():
@@ -69,8 +74,9 @@ def test_erf_limits():
 @pytest.mark.parametrize("op", ["sigmoid", "softplus", "elu", "gelu", "tanh", "erf"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_extreme_inputs_give_finite_results_without_warnings(op, dtype):
-    x = Variable(np.array([-1e4, -1000.0, -90.0, 0.0, 90.0, 1000.0, 1e4], dtype),
-                 requires_grad=True)
+    x = Variable(
+        np.array([-1e4, -1000.0, -90.0, 0.0, 90.0, 1000.0, 1e4], dtype), requires_grad=True
+    )
     tape.reset_global_tape()
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -15,8 +15,9 @@ SHAPES = [(3, 4), (5,), (1, 2, 2)]
 
 def coefficients(seed=0):
     rng = np.random.default_rng(seed)
-    return [(rng.uniform(0.1, 1.0, s), rng.standard_normal(s), rng.standard_normal(s))
-            for s in SHAPES]
+    return [
+        (rng.uniform(0.1, 1.0, s), rng.standard_normal(s), rng.standard_normal(s)) for s in SHAPES
+    ]
 
 
 def initial_values(seed=1):
@@ -61,13 +62,16 @@ def trajectories(make_optimizer, reference_step, steps=60, dtype=np.float64, sch
         yield t, params, reference
 
 
-def assert_follows(make_optimizer, reference_step, steps=60, dtype=np.float64, rtol=1e-9,
-                   atol=1e-12, schedule=None):
+def assert_follows(
+    make_optimizer, reference_step, steps=60, dtype=np.float64, rtol=1e-9, atol=1e-12, schedule=None
+):
     """The optimizer's parameters equal the numpy reference after every one of ``steps``."""
-    for t, params, reference in trajectories(make_optimizer, reference_step, steps, dtype,
-                                             schedule):
+    for t, params, reference in trajectories(
+        make_optimizer, reference_step, steps, dtype, schedule
+    ):
         for i, (p, r) in enumerate(zip(params, reference, strict=True)):
             assert p.dtype == dtype, f"parameter {i} changed dtype to {p.dtype}"
             assert p.grad() is None, "the update must consume the gradient"
-            np.testing.assert_allclose(p.numpy(), r, rtol=rtol, atol=atol,
-                                       err_msg=f"parameter {i} after step {t}")
+            np.testing.assert_allclose(
+                p.numpy(), r, rtol=rtol, atol=atol, err_msg=f"parameter {i} after step {t}"
+            )

@@ -9,9 +9,13 @@ import optim
 import tape
 
 _FLOATS = st.floats(-1e3, 1e3, allow_nan=False, width=32)
-_GRADS = st.lists(arrays(np.float32, array_shapes(min_dims=0, max_dims=3, min_side=0,
-                                                   max_side=4), elements=_FLOATS),
-                  min_size=1, max_size=4)
+_GRADS = st.lists(
+    arrays(
+        np.float32, array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4), elements=_FLOATS
+    ),
+    min_size=1,
+    max_size=4,
+)
 
 
 def pairs_of(grads):
@@ -36,8 +40,7 @@ def test_norm_clipping_bounds_each_tensor(grads, max_norm):
     for g, c in zip(grads, clipped, strict=True):
         norm = np.sqrt(np.sum(g.astype(np.float64) ** 2))
         assert c.dtype == np.float32 and c.shape == g.shape
-        np.testing.assert_allclose(c, g * (max_norm / max(norm, max_norm)), rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(c, g * (max_norm / max(norm, max_norm)), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=60, deadline=None)
@@ -50,11 +53,21 @@ def test_value_clipping_is_elementwise_clip(grads, a, b):
 
 
 @settings(max_examples=30, deadline=None)
-@given(arrays(np.float32, array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4),
-              elements=st.floats(-10, 10, width=32)))
+@given(
+    arrays(
+        np.float32,
+        array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4),
+        elements=st.floats(-10, 10, width=32),
+    )
+)
 def test_every_optimizer_updates_any_shape_in_place(value):
-    for make in (lambda: optim.SGD(lr=0.1, momentum=0.9), optim.Adam, optim.AdamW,
-                 lambda: optim.RMSProp(centered=True, momentum=0.5), optim.Adagrad):
+    for make in (
+        lambda: optim.SGD(lr=0.1, momentum=0.9),
+        optim.Adam,
+        optim.AdamW,
+        lambda: optim.RMSProp(centered=True, momentum=0.5),
+        optim.Adagrad,
+    ):
         param = tape.Variable(value.copy(), requires_grad=True)
         buffer = param.value()
         tape.reset_global_tape()

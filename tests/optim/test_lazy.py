@@ -11,12 +11,15 @@ from tests.optim.problem import coefficients, initial_values, tape_loss
 CONFIGS = {
     "sgd": lambda: optim.SGD(lr=0.05, weight_decay=optim.L1Decay(0.01)),
     "momentum_clip_value": lambda: optim.Momentum(
-        lr=0.02, nesterov=True, grad_clip=optim.ClipGradByValue(-0.5, 0.5)),
-    "adam_global_norm": lambda: optim.Adam(lr=0.05, weight_decay=0.1,
-                                           grad_clip=optim.ClipGradByGlobalNorm(1.0)),
+        lr=0.02, nesterov=True, grad_clip=optim.ClipGradByValue(-0.5, 0.5)
+    ),
+    "adam_global_norm": lambda: optim.Adam(
+        lr=0.05, weight_decay=0.1, grad_clip=optim.ClipGradByGlobalNorm(1.0)
+    ),
     "adamw_scheduled": lambda: optim.AdamW(lr=optim.lr_scheduler.StepDecay(0.05, 3, 0.5)),
-    "rmsprop_norm": lambda: optim.RMSProp(lr=0.01, momentum=0.5, centered=True,
-                                          grad_clip=optim.ClipGradByNorm(0.5)),
+    "rmsprop_norm": lambda: optim.RMSProp(
+        lr=0.01, momentum=0.5, centered=True, grad_clip=optim.ClipGradByNorm(0.5)
+    ),
     "adagrad": lambda: optim.Adagrad(lr=0.1, lr_decay=0.1),
 }
 
@@ -45,5 +48,10 @@ def test_lazy_training_equals_eager(name):
     for key, entry in eager_state["state"].items():
         for slot, value in entry.items():
             if isinstance(value, np.ndarray):
-                np.testing.assert_allclose(lazy_state["state"][key][slot], value, rtol=1e-6,
-                                           atol=1e-7, err_msg=f"{key}.{slot}")
+                np.testing.assert_allclose(
+                    lazy_state["state"][key][slot],
+                    value,
+                    rtol=1e-6,
+                    atol=1e-7,
+                    err_msg=f"{key}.{slot}",
+                )

@@ -70,18 +70,25 @@ def test_schedule_state_round_trips():
     inner = lr_scheduler.CosineAnnealing(0.1, T_max=8)
     warm = lr_scheduler.LinearWarmup(inner, warmup_steps=3, start_lr=0.0, end_lr=0.1)
     rates(warm, 6)
-    copy = lr_scheduler.LinearWarmup(lr_scheduler.CosineAnnealing(0.1, T_max=8),
-                                     warmup_steps=3, start_lr=0.0, end_lr=0.1)
+    copy = lr_scheduler.LinearWarmup(
+        lr_scheduler.CosineAnnealing(0.1, T_max=8), warmup_steps=3, start_lr=0.0, end_lr=0.1
+    )
     copy.load_state_dict(warm.state_dict())
     assert rates(copy, 5) == rates(warm, 5)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: lr_scheduler.StepDecay(0.1, step_size=0), "StepDecay: invalid 'step_size'"),
-    (lambda: lr_scheduler.ExponentialDecay(-1.0, gamma=0.5), "ExponentialDecay: invalid 'lr'"),
-    (lambda: lr_scheduler.CosineAnnealing(0.1, T_max=0), "CosineAnnealing: invalid 'T_max'"),
-    (lambda: lr_scheduler.LinearWarmup(0.1, 0, 0.0, 0.1), "LinearWarmup: invalid 'warmup_steps'"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: lr_scheduler.StepDecay(0.1, step_size=0), "StepDecay: invalid 'step_size'"),
+        (lambda: lr_scheduler.ExponentialDecay(-1.0, gamma=0.5), "ExponentialDecay: invalid 'lr'"),
+        (lambda: lr_scheduler.CosineAnnealing(0.1, T_max=0), "CosineAnnealing: invalid 'T_max'"),
+        (
+            lambda: lr_scheduler.LinearWarmup(0.1, 0, 0.0, 0.1),
+            "LinearWarmup: invalid 'warmup_steps'",
+        ),
+    ],
+)
 def test_invalid_arguments_are_named(make, message):
     with pytest.raises(AttrError, match=message):
         make()

@@ -12,8 +12,10 @@ from tape.errors import AttrError, InputError, ShapeError
 def trained_params(dtype=np.float64, seed=0):
     """Two parameters with gradients from one backward, and a third without a gradient."""
     rng = np.random.default_rng(seed)
-    a, b, c = (tape.Variable(rng.standard_normal(s).astype(dtype), requires_grad=True)
-               for s in [(2, 3), (3,), (4,)])
+    a, b, c = (
+        tape.Variable(rng.standard_normal(s).astype(dtype), requires_grad=True)
+        for s in [(2, 3), (3,), (4,)]
+    )
     tape.reset_global_tape()
     tape.backward((a * a).sum() + (b * 3.0).sum())
     return a, b, c
@@ -85,9 +87,12 @@ def test_no_parameter_changes_when_a_later_one_fails_validation():
     a, b, _ = trained_params()
     b._grad = tape.Variable(np.zeros(4))  # a gradient that cannot belong to b
     before = a.numpy().copy()
-    with pytest.raises(ShapeError, match=r"op 'adam': the gradient of parameter 1 \(unnamed\) "
-                                         r"has the wrong shape\n  expected: \(3,\)\n"
-                                         r"  actual:   \(4,\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"op 'adam': the gradient of parameter 1 \(unnamed\) "
+        r"has the wrong shape\n  expected: \(3,\)\n"
+        r"  actual:   \(4,\)",
+    ):
         optim.Adam(lr=0.1)([a, b])
     np.testing.assert_array_equal(a.numpy(), before)
     assert a.grad() is not None, "a failed call must not consume gradients"
@@ -103,8 +108,10 @@ def test_state_loaded_for_an_unseen_parameter_is_checked_before_any_update():
     opt.load_state_dict(state)  # not yet bound: positions are known at the first call
     a, b, _ = trained_params()
     before = a.numpy().copy()
-    with pytest.raises(tape.checkpoint.CheckpointError,
-                       match=r"optimizer state 'Velocity' of parameter '1' does not match"):
+    with pytest.raises(
+        tape.checkpoint.CheckpointError,
+        match=r"optimizer state 'Velocity' of parameter '1' does not match",
+    ):
         opt([a, b])
     np.testing.assert_array_equal(a.numpy(), before)
 
@@ -128,17 +135,20 @@ def test_non_variables_are_rejected():
         optim.SGD(lr=0.1)([np.zeros(3)])
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: optim.SGD(lr=-0.1), r"SGD: invalid hyper-parameter 'lr'\n  expected: lr >= 0"),
-    (lambda: optim.SGD(lr="fast"), "SGD: hyper-parameter 'lr' must be a number"),
-    (lambda: optim.SGD(lr=0.1, nesterov=True), "Nesterov momentum needs momentum > 0"),
-    (lambda: optim.Adam(betas=(1.0, 0.999)), r"invalid hyper-parameter 'betas\[0\]'"),
-    (lambda: optim.RMSProp(alpha=1.5), "RMSProp: invalid hyper-parameter 'alpha'"),
-    (lambda: optim.Adagrad(eps=-1.0), "Adagrad: invalid hyper-parameter 'eps'"),
-    (lambda: optim.AdamW(weight_decay=-0.1), "AdamW: invalid hyper-parameter 'weight_decay'"),
-    (lambda: optim.ClipGradByNorm(0.0), "ClipGradByNorm: invalid 'max_norm'"),
-    (lambda: optim.ClipGradByValue(1.0, -1.0), "ClipGradByValue: min is greater than max"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: optim.SGD(lr=-0.1), r"SGD: invalid hyper-parameter 'lr'\n  expected: lr >= 0"),
+        (lambda: optim.SGD(lr="fast"), "SGD: hyper-parameter 'lr' must be a number"),
+        (lambda: optim.SGD(lr=0.1, nesterov=True), "Nesterov momentum needs momentum > 0"),
+        (lambda: optim.Adam(betas=(1.0, 0.999)), r"invalid hyper-parameter 'betas\[0\]'"),
+        (lambda: optim.RMSProp(alpha=1.5), "RMSProp: invalid hyper-parameter 'alpha'"),
+        (lambda: optim.Adagrad(eps=-1.0), "Adagrad: invalid hyper-parameter 'eps'"),
+        (lambda: optim.AdamW(weight_decay=-0.1), "AdamW: invalid hyper-parameter 'weight_decay'"),
+        (lambda: optim.ClipGradByNorm(0.0), "ClipGradByNorm: invalid 'max_norm'"),
+        (lambda: optim.ClipGradByValue(1.0, -1.0), "ClipGradByValue: min is greater than max"),
+    ],
+)
 def test_invalid_hyper_parameters_are_named(make, message):
     with pytest.raises(AttrError, match=message):
         make()
@@ -167,6 +177,7 @@ def test_clipping_operates_on_gradients_only():
 
 def test_state_follows_hyper_parameter_changes():
     """Turning momentum on later creates the velocity then (PyTorch creates buffers lazily)."""
+
     def slots(opt):
         return sorted(set(opt.state_dict()["state"]["0"]) - {"step", "name"})
 

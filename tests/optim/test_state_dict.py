@@ -17,8 +17,11 @@ OPTIMIZERS = {
     "adamw": lambda: optim.AdamW(lr=0.05, weight_decay=0.1),
     "rmsprop": lambda: optim.RMSProp(lr=0.01, momentum=0.5, centered=True),
     "adagrad": lambda: optim.Adagrad(lr=0.1, lr_decay=0.05, initial_accumulator_value=0.1),
-    "scheduled": lambda: optim.Adam(lr=optim.lr_scheduler.LinearWarmup(
-        optim.lr_scheduler.ExponentialDecay(0.05, gamma=0.9), 3, 0.0, 0.05)),
+    "scheduled": lambda: optim.Adam(
+        lr=optim.lr_scheduler.LinearWarmup(
+            optim.lr_scheduler.ExponentialDecay(0.05, gamma=0.9), 3, 0.0, 0.05
+        )
+    ),
 }
 
 
@@ -88,8 +91,9 @@ def test_state_keyed_by_name_loads_into_reordered_parameters():
     assert sorted(state["state"]) == ["b", "c", "w"]
     resumed_params = copies(params)
     resumed = OPTIMIZERS["rmsprop"]()
-    resumed.load_state_dict(state, {"c": resumed_params[2], "w": resumed_params[0],
-                                    "b": resumed_params[1]})
+    resumed.load_state_dict(
+        state, {"c": resumed_params[2], "w": resumed_params[0], "b": resumed_params[1]}
+    )
     train(opt, params, 5)
     train(resumed, resumed_params, 5, call_order=[2, 0, 1])  # the state follows the names
     for p, q in zip(params, resumed_params, strict=True):
@@ -99,8 +103,11 @@ def test_state_keyed_by_name_loads_into_reordered_parameters():
 def test_loading_another_optimizers_state_is_an_error():
     params, opt = fresh_params(), optim.Adam(lr=0.1)
     train(opt, params, 1)
-    with pytest.raises(CheckpointError, match=r"optimizer state is for a different optimizer\n"
-                                              r"  expected: SGD\n  actual:   'Adam'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"optimizer state is for a different optimizer\n"
+        r"  expected: SGD\n  actual:   'Adam'",
+    ):
         optim.SGD(lr=0.1).load_state_dict(opt.state_dict())
 
 
@@ -111,22 +118,26 @@ def test_a_bad_entry_changes_nothing():
     state["state"]["0"]["Moment1"] = state["state"]["0"]["Moment1"] + 1.0
     state["state"]["2"]["Moment2"] = np.zeros((9,))
     before = opt.state_dict()
-    with pytest.raises(CheckpointError, match=r"optimizer state 'Moment2' of parameter '2' does "
-                                              r"not match the parameter\n  expected: shape "
-                                              r"\(1, 2, 2\), dtype float64\n  actual:   shape "
-                                              r"\(9,\), dtype float64"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"optimizer state 'Moment2' of parameter '2' does "
+        r"not match the parameter\n  expected: shape "
+        r"\(1, 2, 2\), dtype float64\n  actual:   shape "
+        r"\(9,\), dtype float64",
+    ):
         opt.load_state_dict(state)
     after = opt.state_dict()
-    np.testing.assert_array_equal(after["state"]["0"]["Moment1"],
-                                  before["state"]["0"]["Moment1"])
+    np.testing.assert_array_equal(after["state"]["0"]["Moment1"], before["state"]["0"]["Moment1"])
 
 
 def test_unknown_names_and_mismatched_hyper_parameters_are_errors():
     params, opt = fresh_params(), optim.Adam(lr=0.1)
     train(opt, params, 1)
     named = opt.state_dict({"w": params[0], "b": params[1], "c": params[2]})
-    with pytest.raises(CheckpointError, match="optimizer state for parameter 'c', which is not "
-                                              "among the parameters"):
+    with pytest.raises(
+        CheckpointError,
+        match="optimizer state for parameter 'c', which is not among the parameters",
+    ):
         optim.Adam().load_state_dict(named, {"w": params[0], "b": params[1]})
     with pytest.raises(CheckpointError, match="optimizer hyper-parameters do not match"):
         optim.AdamW().load_state_dict({**opt.state_dict(), "optimizer": "AdamW"})
@@ -147,8 +158,11 @@ def test_invalid_saved_hyper_parameters_are_rejected_before_anything_changes():
     state = optim.Adam(lr=0.1).state_dict()
     state["hyper"]["betas"] = [1.5, 0.999]
     target = optim.Adam(lr=0.2)
-    with pytest.raises(CheckpointError, match=r"optimizer hyper-parameters are invalid\n"
-                                              r"  actual:   Adam: invalid hyper-parameter "
-                                              r"'betas\[0\]'"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"optimizer hyper-parameters are invalid\n"
+        r"  actual:   Adam: invalid hyper-parameter "
+        r"'betas\[0\]'",
+    ):
         target.load_state_dict(state)
     assert target.lr == 0.2 and target.betas == (0.9, 0.999)

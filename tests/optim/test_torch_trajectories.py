@@ -9,27 +9,35 @@ from tests.optim.problem import coefficients, initial_values, tape_loss
 torch = pytest.importorskip("torch")
 
 CONFIGS = {
-    "sgd_nesterov_wd": (lambda: optim.SGD(lr=0.02, momentum=0.9, nesterov=True,
-                                          weight_decay=0.01),
-                        lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.9, nesterov=True,
-                                                   weight_decay=0.01)),
-    "adam_wd": (lambda: optim.Adam(lr=0.05, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
-                lambda ps: torch.optim.Adam(ps, lr=0.05, betas=(0.8, 0.99), eps=1e-6,
-                                            weight_decay=0.1)),
-    "adamw": (lambda: optim.AdamW(lr=0.05, weight_decay=0.1),
-              lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1)),
-    "rmsprop": (lambda: optim.RMSProp(lr=0.01),
-                lambda ps: torch.optim.RMSprop(ps, lr=0.01)),
+    "sgd_nesterov_wd": (
+        lambda: optim.SGD(lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.01),
+        lambda ps: torch.optim.SGD(ps, lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.01),
+    ),
+    "adam_wd": (
+        lambda: optim.Adam(lr=0.05, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+        lambda ps: torch.optim.Adam(ps, lr=0.05, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
+    ),
+    "adamw": (
+        lambda: optim.AdamW(lr=0.05, weight_decay=0.1),
+        lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1),
+    ),
+    "rmsprop": (lambda: optim.RMSProp(lr=0.01), lambda ps: torch.optim.RMSprop(ps, lr=0.01)),
     "rmsprop_centered_momentum": (
-        lambda: optim.RMSProp(lr=0.005, alpha=0.9, eps=1e-6, momentum=0.5, centered=True,
-                              weight_decay=0.05),
-        lambda ps: torch.optim.RMSprop(ps, lr=0.005, alpha=0.9, eps=1e-6, momentum=0.5,
-                                       centered=True, weight_decay=0.05)),
-    "adagrad": (lambda: optim.Adagrad(lr=0.1, lr_decay=0.05, initial_accumulator_value=0.5,
-                                      weight_decay=0.02),
-                lambda ps: torch.optim.Adagrad(ps, lr=0.1, lr_decay=0.05,
-                                               initial_accumulator_value=0.5,
-                                               weight_decay=0.02)),
+        lambda: optim.RMSProp(
+            lr=0.005, alpha=0.9, eps=1e-6, momentum=0.5, centered=True, weight_decay=0.05
+        ),
+        lambda ps: torch.optim.RMSprop(
+            ps, lr=0.005, alpha=0.9, eps=1e-6, momentum=0.5, centered=True, weight_decay=0.05
+        ),
+    ),
+    "adagrad": (
+        lambda: optim.Adagrad(
+            lr=0.1, lr_decay=0.05, initial_accumulator_value=0.5, weight_decay=0.02
+        ),
+        lambda ps: torch.optim.Adagrad(
+            ps, lr=0.1, lr_decay=0.05, initial_accumulator_value=0.5, weight_decay=0.02
+        ),
+    ),
 }
 
 
@@ -41,8 +49,7 @@ def torch_loss(params, coeffs):
     return total
 
 
-def compare(ours, theirs, dtype, rtol, atol, steps=60, clip=None, torch_clip=None,
-            schedules=None):
+def compare(ours, theirs, dtype, rtol, atol, steps=60, clip=None, torch_clip=None, schedules=None):
     import tape
 
     coeffs = coefficients()
@@ -67,8 +74,13 @@ def compare(ours, theirs, dtype, rtol, atol, steps=60, clip=None, torch_clip=Non
             schedule.step()
             tschedule.step()
         for i, (p, tp) in enumerate(zip(params, tparams, strict=True)):
-            np.testing.assert_allclose(p.numpy(), tp.detach().numpy(), rtol=rtol, atol=atol,
-                                       err_msg=f"parameter {i} after step {t + 1}")
+            np.testing.assert_allclose(
+                p.numpy(),
+                tp.detach().numpy(),
+                rtol=rtol,
+                atol=atol,
+                err_msg=f"parameter {i} after step {t + 1}",
+            )
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -82,33 +94,54 @@ def test_float32_trajectory_equals_torch(name):
 
 
 def test_global_norm_clipping_equals_clip_grad_norm():
-    compare(*CONFIGS["adam_wd"], np.float64, rtol=1e-10, atol=1e-12,
-            clip=optim.ClipGradByGlobalNorm(0.5),
-            torch_clip=lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.5))
+    compare(
+        *CONFIGS["adam_wd"],
+        np.float64,
+        rtol=1e-10,
+        atol=1e-12,
+        clip=optim.ClipGradByGlobalNorm(0.5),
+        torch_clip=lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.5),
+    )
 
 
 def test_value_clipping_equals_clip_grad_value():
-    compare(*CONFIGS["sgd_nesterov_wd"], np.float64, rtol=1e-10, atol=1e-12,
-            clip=optim.ClipGradByValue(-0.25, 0.25),
-            torch_clip=lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.25))
+    compare(
+        *CONFIGS["sgd_nesterov_wd"],
+        np.float64,
+        rtol=1e-10,
+        atol=1e-12,
+        clip=optim.ClipGradByValue(-0.25, 0.25),
+        torch_clip=lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.25),
+    )
 
 
 SCHEDULES = {
-    "step": (lambda opt: optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5),
-             lambda topt: torch.optim.lr_scheduler.StepLR(topt, step_size=7, gamma=0.5)),
-    "exponential": (lambda opt: optim.lr_scheduler.ExponentialLR(opt, gamma=0.95),
-                    lambda topt: torch.optim.lr_scheduler.ExponentialLR(topt, gamma=0.95)),
-    "cosine": (lambda opt: optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20, eta_min=0.001),
-               lambda topt: torch.optim.lr_scheduler.CosineAnnealingLR(topt, T_max=20,
-                                                                       eta_min=0.001)),
+    "step": (
+        lambda opt: optim.lr_scheduler.StepLR(opt, step_size=7, gamma=0.5),
+        lambda topt: torch.optim.lr_scheduler.StepLR(topt, step_size=7, gamma=0.5),
+    ),
+    "exponential": (
+        lambda opt: optim.lr_scheduler.ExponentialLR(opt, gamma=0.95),
+        lambda topt: torch.optim.lr_scheduler.ExponentialLR(topt, gamma=0.95),
+    ),
+    "cosine": (
+        lambda opt: optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20, eta_min=0.001),
+        lambda topt: torch.optim.lr_scheduler.CosineAnnealingLR(topt, T_max=20, eta_min=0.001),
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_scheduled_trajectory_equals_torch(name):
     ours, theirs = SCHEDULES[name]
-    compare(*CONFIGS["adam_wd"], np.float64, rtol=1e-10, atol=1e-12, steps=50,
-            schedules=lambda opt, topt: (ours(opt), theirs(topt)))
+    compare(
+        *CONFIGS["adam_wd"],
+        np.float64,
+        rtol=1e-10,
+        atol=1e-12,
+        steps=50,
+        schedules=lambda opt, topt: (ours(opt), theirs(topt)),
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))

@@ -30,8 +30,11 @@ def _block(leaves):
 def _values(block, seed=0):
     rng = np.random.default_rng(seed)
     written = {n for op in block.ops for n in op.output_names()}
-    return {name: rng.standard_normal(var.shape) for name, var in block.vars.items()
-            if name not in written}
+    return {
+        name: rng.standard_normal(var.shape)
+        for name, var in block.vars.items()
+        if name not in written
+    }
 
 
 def _types(block):
@@ -40,15 +43,21 @@ def _types(block):
 
 def _weight_gradient(steps=STEPS, rows=3):
     """sum_t dZ_t^T @ X_t, accumulated the way backward records it (nested sums)."""
-    block = _block({**{f"dz{t}": (rows, 5) for t in range(steps)},
-                    **{f"x{t}": (rows, 2) for t in range(steps)}})
+    block = _block(
+        {
+            **{f"dz{t}": (rows, 5) for t in range(steps)},
+            **{f"x{t}": (rows, 2) for t in range(steps)},
+        }
+    )
     for t in range(steps):
-        block.append_op("matmul", {"X": [f"dz{t}"], "Y": [f"x{t}"]}, {"Out": [f"g{t}"]},
-                        {"transpose_x": True})
+        block.append_op(
+            "matmul", {"X": [f"dz{t}"], "Y": [f"x{t}"]}, {"Out": [f"g{t}"]}, {"transpose_x": True}
+        )
     half = steps // 2
     block.append_op("sum", {"X": [f"g{t}" for t in range(half)]}, {"Out": ["acc"]})
-    block.append_op("sum", {"X": ["acc"] + [f"g{t}" for t in range(half, steps)]},
-                    {"Out": ["grad"]})
+    block.append_op(
+        "sum", {"X": ["acc"] + [f"g{t}" for t in range(half, steps)]}, {"Out": ["grad"]}
+    )
     return block
 
 
@@ -58,8 +67,7 @@ def test_a_sum_of_products_becomes_one_product_of_joined_operands():
     assert _types(batched) == ["concat", "concat", "matmul"]
     matmul = batched.ops[-1]
     assert matmul.outputs == {"Out": ["grad"]} and matmul.attrs["transpose_x"]
-    assert [batched.vars[n].shape for n in matmul.input_names()] == [(3 * STEPS, 5),
-                                                                      (3 * STEPS, 2)]
+    assert [batched.vars[n].shape for n in matmul.input_names()] == [(3 * STEPS, 5), (3 * STEPS, 2)]
     values = _values(block)
     want = run_reference(block, dict(values))["grad"]
     np.testing.assert_allclose(run_reference(batched, dict(values))["grad"], want, rtol=1e-12)
@@ -74,8 +82,11 @@ def test_other_terms_stay_in_the_sum():
     assert _types(batched) == ["concat", "concat", "matmul", "sum"]
     assert set(batched.ops[-1].inputs["X"]) == {"old", batched.ops[2].outputs["Out"][0]}
     values = _values(block)
-    np.testing.assert_allclose(run_reference(batched, dict(values))["total"],
-                               run_reference(block, dict(values))["total"], rtol=1e-12)
+    np.testing.assert_allclose(
+        run_reference(batched, dict(values))["total"],
+        run_reference(block, dict(values))["total"],
+        rtol=1e-12,
+    )
 
 
 def test_reductions_over_a_leading_axis_are_joined_too():
@@ -86,8 +97,11 @@ def test_reductions_over_a_leading_axis_are_joined_too():
     batched = rewrite(block, keep={"grad"})
     assert _types(batched) == ["concat", "sum_to_shape"]
     values = _values(block)
-    np.testing.assert_allclose(run_reference(batched, dict(values))["grad"],
-                               run_reference(block, dict(values))["grad"], rtol=1e-12)
+    np.testing.assert_allclose(
+        run_reference(batched, dict(values))["grad"],
+        run_reference(block, dict(values))["grad"],
+        rtol=1e-12,
+    )
 
 
 def test_few_products_are_left_alone():
@@ -101,8 +115,7 @@ def test_a_product_someone_keeps_is_not_folded_away():
     assert "g0" in {n for op in batched.ops for n in op.output_names()}
     values = _values(block)
     out = run_reference(batched, dict(values))
-    np.testing.assert_allclose(out["grad"], run_reference(block, dict(values))["grad"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(out["grad"], run_reference(block, dict(values))["grad"], rtol=1e-12)
 
 
 def test_an_operand_overwritten_between_product_and_sum_blocks_the_join():
@@ -110,9 +123,15 @@ def test_an_operand_overwritten_between_product_and_sum_blocks_the_join():
     block.create_var("lr", (1,), "float64")
     block.create_var("grad_x0", (3, 2), "float64")
     # An in-place update of x0 after its product and before the sum: x0 must be read before it.
-    block.ops.insert(STEPS, block.ops[0].__class__(
-        "sgd", {"Param": ["x0"], "Grad": ["grad_x0"], "LearningRate": ["lr"]},
-        {"ParamOut": ["x0"]}, {}))
+    block.ops.insert(
+        STEPS,
+        block.ops[0].__class__(
+            "sgd",
+            {"Param": ["x0"], "Grad": ["grad_x0"], "LearningRate": ["lr"]},
+            {"ParamOut": ["x0"]},
+            {},
+        ),
+    )
     batched = rewrite(block, keep={"grad"})
     assert "g0" in batched.ops[-1].input_names()
     assert _types(batched).count("matmul") == 2  # g0's own product, and the other steps joined
@@ -123,8 +142,7 @@ def _projections(recurrent):
     block = _block({"x0": (3, 4), "w": (4, 4), **{f"x{t}": (3, 4) for t in range(1, STEPS)}})
     for t in range(STEPS):
         x = f"x{t}" if not recurrent or t == 0 else f"h{t - 1}"
-        block.append_op("matmul", {"X": [x], "Y": ["w"]}, {"Out": [f"p{t}"]},
-                        {"transpose_y": True})
+        block.append_op("matmul", {"X": [x], "Y": ["w"]}, {"Out": [f"p{t}"]}, {"transpose_y": True})
         block.append_op("tanh", {"X": [f"p{t}"]}, {"Out": [f"h{t}"]})
     return block
 
@@ -168,8 +186,9 @@ def _unrolled(steps, dtype, exact=None, validate=False, seed=0):
     tape.seed(seed)
     cell = layers.LSTMCell(3, 4, dtype=dtype)
     xs = np.random.default_rng(seed).standard_normal((steps, 2, 3)).astype(dtype)
-    lazy = tape.lazy(exact=bool(exact), validate=validate) if exact is not None else \
-        tape.lazy(False)
+    lazy = (
+        tape.lazy(exact=bool(exact), validate=validate) if exact is not None else tape.lazy(False)
+    )
     with lazy:
         t = tape.reset_global_tape()
         h = c = None
@@ -203,9 +222,14 @@ def test_exact_lazy_mode_equals_eager_mode_bit_for_bit():
 
 
 @settings(max_examples=25, deadline=None)
-@given(steps=st.integers(1, MIN_GROUP + 3), rows=st.lists(st.integers(0, 3), min_size=1),
-       n_in=st.integers(1, 3), n_out=st.integers(1, 3), transpose=st.booleans(),
-       dtype=st.sampled_from(["float32", "float64"]))
+@given(
+    steps=st.integers(1, MIN_GROUP + 3),
+    rows=st.lists(st.integers(0, 3), min_size=1),
+    n_in=st.integers(1, 3),
+    n_out=st.integers(1, 3),
+    transpose=st.booleans(),
+    dtype=st.sampled_from(["float32", "float64"]),
+)
 def test_shared_weight_gradients_match_eager_mode(steps, rows, n_in, n_out, transpose, dtype):
     """A weight used by many products of varying row counts (size-0 and size-1 included): lazy
     gradients equal eager ones; the plan is rewritten exactly when there are enough products."""
@@ -238,8 +262,9 @@ def test_dead_code_removal_keeps_what_is_kept_read_or_has_effects():
     block.append_op("tanh", {"X": ["x"]}, {"Out": ["unread"]})
     block.append_op("exp", {"X": ["x"]}, {"Out": ["kept"]})
     block.append_op("square", {"X": ["x"]}, {"Out": ["read"]})
-    block.append_op("sgd", {"Param": ["x"], "Grad": ["read"], "LearningRate": ["lr"]},
-                    {"ParamOut": ["x"]})
+    block.append_op(
+        "sgd", {"Param": ["x"], "Grad": ["read"], "LearningRate": ["lr"]}, {"ParamOut": ["x"]}
+    )
     assert _types(remove_dead(block, keep={"kept"})) == ["exp", "square", "sgd"]
 
 
@@ -252,8 +277,10 @@ def test_a_failure_after_a_batched_product_leaves_only_unfinished_ops_pending():
         with tape.lazy():
             t = tape.reset_global_tape()
             w = tape.Variable(np.eye(3, dtype=np.float32))
-            outs = [ops.tanh(ops.matmul(tape.Variable(np.full((2, 3), -1.0, np.float32)), w))
-                    for _ in range(STEPS)]
+            outs = [
+                ops.tanh(ops.matmul(tape.Variable(np.full((2, 3), -1.0, np.float32)), w))
+                for _ in range(STEPS)
+            ]
             bad = boom(ops.sum(outs))
             with pytest.raises(tape.ExecutionError, match="boom_for_test"):
                 bad.numpy()

@@ -11,17 +11,20 @@ def _block(*ops, variables=("a",)):
     program = Program()
     block = program.global_block()
     for name in variables:
-        block.create_var(name, (1,) if name == "lr" else (2, 2), "float32",
-                         persistable=name.startswith("p"))
+        block.create_var(
+            name, (1,) if name == "lr" else (2, 2), "float32", persistable=name.startswith("p")
+        )
     for op_type, inputs, outputs, attrs in ops:
         block.append_op(op_type, inputs, outputs, attrs)
     return block
 
 
 def test_read_after_write_chain_and_its_reduction():
-    block = _block(("tanh", {"X": ["a"]}, {"Out": ["b"]}, {}),
-                   ("exp", {"X": ["b"]}, {"Out": ["c"]}, {}),
-                   ("elementwise_add", {"X": ["b"], "Y": ["c"]}, {"Out": ["d"]}, {}))
+    block = _block(
+        ("tanh", {"X": ["a"]}, {"Out": ["b"]}, {}),
+        ("exp", {"X": ["b"]}, {"Out": ["c"]}, {}),
+        ("elementwise_add", {"X": ["b"], "Y": ["c"]}, {"Out": ["d"]}, {}),
+    )
     deps = analyse(block)
     assert deps.edges == ((1, 2), (2,), ())
     assert deps.successors == ((1,), (2,), ())  # 0 -> 2 is implied by 0 -> 1 -> 2
@@ -32,12 +35,13 @@ def test_read_after_write_chain_and_its_reduction():
 
 
 def test_write_after_read_orders_an_in_place_update_after_the_readers():
-    block = _block(("tanh", {"X": ["p"]}, {"Out": ["t"]}, {}),
-                   ("exp", {"X": ["p"]}, {"Out": ["u"]}, {}),
-                   ("sgd", {"Param": ["p"], "Grad": ["g"], "LearningRate": ["lr"]},
-                    {"ParamOut": ["p"]}, {}),
-                   ("neg", {"X": ["p"]}, {"Out": ["v"]}, {}),
-                   variables=("p", "g", "lr"))
+    block = _block(
+        ("tanh", {"X": ["p"]}, {"Out": ["t"]}, {}),
+        ("exp", {"X": ["p"]}, {"Out": ["u"]}, {}),
+        ("sgd", {"Param": ["p"], "Grad": ["g"], "LearningRate": ["lr"]}, {"ParamOut": ["p"]}, {}),
+        ("neg", {"X": ["p"]}, {"Out": ["v"]}, {}),
+        variables=("p", "g", "lr"),
+    )
     deps = analyse(block)
     assert deps.edges == ((2,), (2,), (3,), ())
     assert deps.successors == ((2,), (2,), (3,), ())
@@ -46,27 +50,33 @@ def test_write_after_read_orders_an_in_place_update_after_the_readers():
 
 
 def test_write_after_write_orders_two_writers():
-    block = _block(("tanh", {"X": ["a"]}, {"Out": ["v"]}, {}),
-                   ("exp", {"X": ["a"]}, {"Out": ["v"]}, {}),
-                   ("neg", {"X": ["v"]}, {"Out": ["w"]}, {}))
+    block = _block(
+        ("tanh", {"X": ["a"]}, {"Out": ["v"]}, {}),
+        ("exp", {"X": ["a"]}, {"Out": ["v"]}, {}),
+        ("neg", {"X": ["v"]}, {"Out": ["w"]}, {}),
+    )
     deps = analyse(block)
     assert deps.edges == ((1,), (2,), ())
 
 
 def test_random_ops_keep_program_order():
-    block = _block(("uniform_random", {}, {"Out": ["r1"]}, {"shape": [2, 2]}),
-                   ("tanh", {"X": ["a"]}, {"Out": ["t"]}, {}),
-                   ("gaussian_random", {}, {"Out": ["r2"]}, {"shape": [2, 2]}),
-                   ("dropout", {"X": ["t"]}, {"Out": ["d"], "Mask": ["m"]}, {}))
+    block = _block(
+        ("uniform_random", {}, {"Out": ["r1"]}, {"shape": [2, 2]}),
+        ("tanh", {"X": ["a"]}, {"Out": ["t"]}, {}),
+        ("gaussian_random", {}, {"Out": ["r2"]}, {"shape": [2, 2]}),
+        ("dropout", {"X": ["t"]}, {"Out": ["d"], "Mask": ["m"]}, {}),
+    )
     deps = analyse(block)
     assert deps.edges == ((2,), (3,), (3,), ())
     assert deps.happens_before(0, 3)
 
 
 def test_side_effects_keep_program_order():
-    block = _block(("save", {"X": ["a"]}, {}, {"path": "/dev/null/a"}),
-                   ("tanh", {"X": ["a"]}, {"Out": ["t"]}, {}),
-                   ("save", {"X": ["t"]}, {}, {"path": "/dev/null/b"}))
+    block = _block(
+        ("save", {"X": ["a"]}, {}, {"path": "/dev/null/a"}),
+        ("tanh", {"X": ["a"]}, {"Out": ["t"]}, {}),
+        ("save", {"X": ["t"]}, {}, {"path": "/dev/null/b"}),
+    )
     deps = analyse(block)
     assert deps.edges == ((2,), (2,), ())
 

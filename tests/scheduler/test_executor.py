@@ -32,8 +32,9 @@ def test_run_fetches_the_loss_and_updates_the_scope():
     expected_loss, grads = _numpy_seed_step(seed_scope(), feed)
     before = {k: v.copy() for k, v in scope.items()}
     program = seed_training()
-    (loss,) = tape.Executor().run(program, feed=feed, fetch_list=["mean_0.tmp_0"],
-                                  targets=_updates(program), scope=scope)
+    (loss,) = tape.Executor().run(
+        program, feed=feed, fetch_list=["mean_0.tmp_0"], targets=_updates(program), scope=scope
+    )
     np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
     for name, grad in grads.items():
         step = before[name] - scope[name]
@@ -47,8 +48,7 @@ def test_only_what_the_fetches_and_targets_need_runs():
     tape.Executor().run(program, feed=seed_feed(), fetch_list=["mean_0.tmp_0"], scope=scope)
     np.testing.assert_array_equal(scope["linear_0.w_0"], seed_scope()["linear_0.w_0"])
     # Fetch ops come last, so fetching a parameter sees (and so runs) the update writing it.
-    (w,) = tape.Executor().run(program, feed=seed_feed(), fetch_list=["linear_0.w_0"],
-                               scope=scope)
+    (w,) = tape.Executor().run(program, feed=seed_feed(), fetch_list=["linear_0.w_0"], scope=scope)
     assert not np.array_equal(w, seed_scope()["linear_0.w_0"])
     np.testing.assert_array_equal(w, scope["linear_0.w_0"])
     tape.Executor().run(program, feed=seed_feed(), targets=_updates(program), scope=scope)
@@ -59,9 +59,13 @@ def test_threads_and_sequential_agree_bit_for_bit():
     results = []
     for threads in (0, 2):
         scope, program = seed_scope(), seed_training()
-        loss = tape.Executor(threads=threads).run(program, feed=seed_feed(),
-                                                  fetch_list=["mean_0.tmp_0"],
-                                                  targets=_updates(program), scope=scope)
+        loss = tape.Executor(threads=threads).run(
+            program,
+            feed=seed_feed(),
+            fetch_list=["mean_0.tmp_0"],
+            targets=_updates(program),
+            scope=scope,
+        )
         results.append((loss[0], scope["linear_0.w_0"], scope["linear_0.b_0"]))
     for a, b in zip(*results, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -71,37 +75,53 @@ def test_the_plan_is_cached_by_structure_and_feed_fetch_names():
     cache = PlanCache()
     executor = tape.Executor(cache=cache)
     for _ in range(3):
-        executor.run(seed_training(), feed=seed_feed(), fetch_list=["mean_0.tmp_0"],
-                     scope=seed_scope())
+        executor.run(
+            seed_training(), feed=seed_feed(), fetch_list=["mean_0.tmp_0"], scope=seed_scope()
+        )
     assert (cache.hits, cache.misses) == (2, 1)
-    executor.run(seed_training(), feed=seed_feed(), fetch_list=["linear_1.tmp_1"],
-                 scope=seed_scope())
+    executor.run(
+        seed_training(), feed=seed_feed(), fetch_list=["linear_1.tmp_1"], scope=seed_scope()
+    )
     assert cache.misses == 2
     assert "plan cache: 3 hits, 2 misses, 2 plans" in executor.explain(
-        seed_training(), feed=["x", "label"], fetch_list=["mean_0.tmp_0"])
+        seed_training(), feed=["x", "label"], fetch_list=["mean_0.tmp_0"]
+    )
 
 
 def test_explain_lists_kept_ops_edges_and_frees():
-    text = tape.Executor(cache=PlanCache()).explain(seed_forward(), feed=["x", "label"],
-                                                    fetch_list=["linear_1.tmp_1"])
+    text = tape.Executor(cache=PlanCache()).explain(
+        seed_forward(), feed=["x", "label"], fetch_list=["linear_1.tmp_1"]
+    )
     assert text.splitlines()[0] == "ops kept: 4 of 8"
     assert "  feed_0 -> matmul_2" in text
-    assert "  linear_1.tmp_0: used by matmul_2, elementwise_add_3; freed after " \
+    assert (
+        "  linear_1.tmp_0: used by matmul_2, elementwise_add_3; freed after "
         "elementwise_add_3" in text
+    )
     assert "  linear_0.w_0: used by matmul_2; kept" in text
 
 
 def test_feed_errors_name_the_variable():
     with pytest.raises(tape.InputError, match="fed value for 'x' has the wrong shape"):
-        tape.Executor().run(seed_training(), feed={"x": np.ones((3, 16)), "label": np.ones(
-            (16, 1))}, fetch_list=["mean_0.tmp_0"], scope=seed_scope())
-    with pytest.raises(tape.InputError, match="cannot feed 'linear_1.tmp_0': op 'matmul_2' "
-                       "computes it"):
-        tape.Executor().run(seed_training(), feed={"linear_1.tmp_0": np.ones((16, 1))},
-                            fetch_list=["mean_0.tmp_0"])
+        tape.Executor().run(
+            seed_training(),
+            feed={"x": np.ones((3, 16)), "label": np.ones((16, 1))},
+            fetch_list=["mean_0.tmp_0"],
+            scope=seed_scope(),
+        )
+    with pytest.raises(
+        tape.InputError, match="cannot feed 'linear_1.tmp_0': op 'matmul_2' computes it"
+    ):
+        tape.Executor().run(
+            seed_training(), feed={"linear_1.tmp_0": np.ones((16, 1))}, fetch_list=["mean_0.tmp_0"]
+        )
     with pytest.raises(tape.InputError, match="no value was fed for 'label'"):
-        tape.Executor().run(seed_training(), feed={"x": seed_feed()["x"]},
-                            fetch_list=["mean_0.tmp_0"], scope=seed_scope())
+        tape.Executor().run(
+            seed_training(),
+            feed={"x": seed_feed()["x"]},
+            fetch_list=["mean_0.tmp_0"],
+            scope=seed_scope(),
+        )
 
 
 def test_a_failing_op_is_named_with_where_it_was_recorded():
@@ -109,8 +129,7 @@ def test_a_failing_op_is_named_with_where_it_was_recorded():
     scope = seed_scope()
     scope["linear_0.w_0"] = np.ones((15, 1), np.float32)  # a wrong buffer behind a right desc
     with pytest.raises(tape.ExecutionError) as info:
-        tape.Executor().run(program, feed=seed_feed(), fetch_list=["mean_0.tmp_0"],
-                            scope=scope)
+        tape.Executor().run(program, feed=seed_feed(), fetch_list=["mean_0.tmp_0"], scope=scope)
     assert str(info.value).startswith("op 'matmul' (matmul_2): kernel failed: ValueError")
 
 
@@ -143,12 +162,30 @@ def test_saved_inference_program_runs_the_same_in_a_fresh_process(tmp_path):
     tape.save_inference_program(str(tmp_path / "model"), program, ["image"], [probs])
     saved = tape.Program.from_text((tmp_path / "model" / "program.json").read_text())
     assert [op.type for op in saved.global_block().ops] == [
-        "feed", "mul", "elementwise_add", "tanh", "mul", "elementwise_add", "fetch"]
+        "feed",
+        "mul",
+        "elementwise_add",
+        "tanh",
+        "mul",
+        "elementwise_add",
+        "fetch",
+    ]
     np.save(tmp_path / "x.npy", batch)
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    done = subprocess.run([sys.executable, "-c", _RUN_SAVED, str(tmp_path / "model"),
-                           str(tmp_path / "x.npy"), str(tmp_path / "out.npy")],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RUN_SAVED,
+            str(tmp_path / "model"),
+            str(tmp_path / "x.npy"),
+            str(tmp_path / "out.npy"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['image'] ['scores']"
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)

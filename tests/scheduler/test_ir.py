@@ -15,8 +15,11 @@ from tests.scheduler.programs import seed_training
 def _record(shape=(4, 3), names=("x", "w"), transpose=False, scale=2.0):
     t = tape.Tape(lazy=True)
     x = tape.Variable(np.ones(shape, np.float32), name=names[0])
-    w = tape.Variable(np.ones((shape[1], 5) if not transpose else (5, shape[1]), np.float32),
-                      requires_grad=True, name=names[1])
+    w = tape.Variable(
+        np.ones((shape[1], 5) if not transpose else (5, shape[1]), np.float32),
+        requires_grad=True,
+        name=names[1],
+    )
     previous, tape.tape.state.tape = tape.tape.state.tape, t
     try:
         h = ops.matmul(x, w, transpose_y=transpose)
@@ -102,8 +105,10 @@ def test_dangling_variable_is_reported():
         block["vars"] = [v for v in block["vars"] if v["name"] != "linear_1.tmp_0"]
 
     message = _load_error(drop)
-    assert message.startswith("op 'matmul' (matmul_2): output 'Out' names variable "
-                              "'linear_1.tmp_0', which the block does not declare")
+    assert message.startswith(
+        "op 'matmul' (matmul_2): output 'Out' names variable "
+        "'linear_1.tmp_0', which the block does not declare"
+    )
 
 
 def test_slot_and_shape_errors_are_reported():

@@ -19,14 +19,20 @@ from tape.passes.plan import CACHE
 
 def _mlp(seed=0, widths=(6, 16, 16, 3)):
     tape.seed(seed)
-    return layers.Sequential(*[layers.Linear(a, b, act="tanh" if i < len(widths) - 2 else None)
-                               for i, (a, b) in enumerate(zip(widths, widths[1:], strict=False))])
+    return layers.Sequential(
+        *[
+            layers.Linear(a, b, act="tanh" if i < len(widths) - 2 else None)
+            for i, (a, b) in enumerate(zip(widths, widths[1:], strict=False))
+        ]
+    )
 
 
 def _data(seed=1):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((8, 6)).astype(np.float32),
-            rng.standard_normal((8, 3)).astype(np.float32))
+    return (
+        rng.standard_normal((8, 6)).astype(np.float32),
+        rng.standard_normal((8, 3)).astype(np.float32),
+    )
 
 
 def _train(lazy, steps=3, **options):
@@ -122,8 +128,12 @@ def test_forward_activations_are_freed_right_after_their_last_gradient_op():
     block, memory = decisions.block, decisions.memory
     tape_index = [int(op.name.rsplit("_", 1)[1]) for op in block.ops]
     freed_after = {name: i for i, names in enumerate(memory.free_after) for name in names}
-    forward_names = {name for i, op in enumerate(block.ops) if tape_index[i] < forward
-                     for name in op.output_names()}
+    forward_names = {
+        name
+        for i, op in enumerate(block.ops)
+        if tape_index[i] < forward
+        for name in op.output_names()
+    }
     backward_read = 0
     for name in forward_names - memory.kept:
         readers = [i for i, op in enumerate(block.ops) if name in op.input_names()]
@@ -243,8 +253,9 @@ def test_a_failing_op_stops_the_run_cleanly_and_names_where_it_was_recorded(boom
         assert ok._value is not None
         t._pending_ops.clear()
     message = str(info.value)
-    assert message.startswith("op 'boom_for_test' (boom_for_test_2): kernel failed: "
-                              "ValueError: negative input")
+    assert message.startswith(
+        "op 'boom_for_test' (boom_for_test_2): kernel failed: ValueError: negative input"
+    )
     assert "recorded at: test_lazy.py:" in message
     assert isinstance(info.value.__cause__, ValueError)
 
@@ -266,8 +277,11 @@ def test_debug_prints_one_line_per_pass(capsys):
         ops.tanh(tape.Variable(np.ones(3, np.float32) * 0.1234)).numpy()
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        "[fluidtape scheduler] prune", "[fluidtape scheduler] dependencies",
-        "[fluidtape scheduler] memory_plan", "[fluidtape scheduler] plan"]
+        "[fluidtape scheduler] prune",
+        "[fluidtape scheduler] dependencies",
+        "[fluidtape scheduler] memory_plan",
+        "[fluidtape scheduler] plan",
+    ]
     assert lines[0].endswith("1 ops -> 1 ops (targets: 1 variables, 0 ops)")
 
 
@@ -352,10 +366,16 @@ def test_an_op_reading_a_buffer_a_later_update_overwrites_still_sees_the_old_val
             tape.reset_global_tape()
             moment2 = ops.exp(tape.Variable(np.zeros(2, np.float32)))
             early = moment2 + 1.0
-            arrays = [np.full(2, 0.5, np.float32), np.full(2, 2.0, np.float32),
-                      np.zeros(2, np.float32)]
-            scalars = [np.array([0.1], np.float32), np.array([0.9], np.float32),
-                       np.array([0.999], np.float32)]
+            arrays = [
+                np.full(2, 0.5, np.float32),
+                np.full(2, 2.0, np.float32),
+                np.zeros(2, np.float32),
+            ]
+            scalars = [
+                np.array([0.1], np.float32),
+                np.array([0.9], np.float32),
+                np.array([0.999], np.float32),
+            ]
             param, grad, moment1 = (tape.Variable(a) for a in arrays)
             lr, beta1_pow, beta2_pow = (tape.Variable(s) for s in scalars)
             out = ops.adam(param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)

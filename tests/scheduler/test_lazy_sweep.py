@@ -18,8 +18,10 @@ from tests.ops.test_registry_sweep import CASES
 
 
 def _copy(values):
-    return [([v.copy() for v in x] if isinstance(x, list) else (None if x is None else x.copy()))
-            for x in values]
+    return [
+        ([v.copy() for v in x] if isinstance(x, list) else (None if x is None else x.copy()))
+        for x in values
+    ]
 
 
 def _forward(case, values, lazy):
@@ -28,8 +30,12 @@ def _forward(case, values, lazy):
         tape.reset_global_tape()
         variables, outputs = run_op(case, values)
         results = [out.numpy() for out in outputs]
-    inputs = [v.numpy() for entry in variables if entry is not None
-              for v in (entry if isinstance(entry, list) else [entry])]
+    inputs = [
+        v.numpy()
+        for entry in variables
+        if entry is not None
+        for v in (entry if isinstance(entry, list) else [entry])
+    ]
     return results, inputs
 
 

@@ -28,16 +28,20 @@ SEED_TRAINING_TABLE = {
     "linear_0.b_0": (["elementwise_add_3", "adam_15"], ["adam_15"]),
     "linear_1.tmp_0": (["matmul_2", "elementwise_add_3"], ["elementwise_add_3"]),
     "linear_1.tmp_1": (["elementwise_add_3", "elementwise_sub_4"], ["elementwise_sub_4"]),
-    "elementwise_sub_0": (["elementwise_sub_4", "square_5", "elementwise_mul_10"],
-                          ["square_5", "elementwise_mul_10"]),
+    "elementwise_sub_0": (
+        ["elementwise_sub_4", "square_5", "elementwise_mul_10"],
+        ["square_5", "elementwise_mul_10"],
+    ),
     "square_0.tmp_0": (["square_5", "reduce_mean_6"], ["reduce_mean_6"]),
     "mean_0.tmp_0": (["reduce_mean_6", "fetch_16"], ["fetch_16"]),
     "mean_0.tmp_0@GRAD": (["fill_constant_7", "scale_8"], ["scale_8"]),
     "mean_0.tmp_0@GRAD@SCALED": (["scale_8", "broadcast_to_9"], ["broadcast_to_9"]),
     "square_0.tmp_0@GRAD": (["broadcast_to_9", "elementwise_mul_10"], ["elementwise_mul_10"]),
     "square_0.tmp_0@GRAD@X": (["elementwise_mul_10", "scale_11"], ["scale_11"]),
-    "elementwise_sub_0@GRAD": (["scale_11", "reduce_sum_12", "matmul_13"],
-                               ["reduce_sum_12", "matmul_13"]),
+    "elementwise_sub_0@GRAD": (
+        ["scale_11", "reduce_sum_12", "matmul_13"],
+        ["reduce_sum_12", "matmul_13"],
+    ),
     "linear_0.b_0@GRAD": (["reduce_sum_12", "adam_15"], ["adam_15"]),
     "linear_0.w_0@GRAD": (["matmul_13", "adam_14"], ["adam_14"]),
     "learning_rate_0": (["adam_14", "adam_15"], ["adam_15"]),
@@ -81,8 +85,9 @@ def test_parameters_are_in_the_table_but_never_freed():
     assert persistable <= memory.kept
     assert not persistable & set(memory.refcount)
     assert "fetch@mean_0.tmp_0" in memory.kept
-    assert all(name not in memory.kept for name in SEED_TRAINING_TABLE
-               if not block.vars[name].persistable)
+    assert all(
+        name not in memory.kept for name in SEED_TRAINING_TABLE if not block.vars[name].persistable
+    )
 
 
 def test_gc_lists_name_each_variable_after_each_last_user():
@@ -123,8 +128,7 @@ def test_reads_that_need_only_a_shape_do_not_extend_a_lifetime():
     """fill_zeros_like reads h's shape and dtype only: h goes after its last real reader."""
     memory, block = _plan(_shape_only_program(), keep={"out"})
     assert memory.buffer_free_reads == {(2, "h")}
-    assert _table(memory, block)["h"] == (["tanh_0", "elementwise_mul_1"],
-                                           ["elementwise_mul_1"])
+    assert _table(memory, block)["h"] == (["tanh_0", "elementwise_mul_1"], ["elementwise_mul_1"])
     assert memory.free_after[1] == ("h",)
 
 

@@ -22,8 +22,7 @@ from tape.passes.prune import prune
 from tape.testing import _ordered
 from tests.ops.test_registry_sweep import CASES
 
-SETTINGS = settings(max_examples=50, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _record(choose, lazy, threads=0, steps=None):
@@ -35,8 +34,10 @@ def _record(choose, lazy, threads=0, steps=None):
         pool = []
         for step in range(choose(6) + 1 if steps is None else steps):
             case = CASES[choose(len(CASES))]
-            args = [_argument(value, pool, choose) for value in
-                    _ordered(case, case.arrays("float64", seed=step))]
+            args = [
+                _argument(value, pool, choose)
+                for value in _ordered(case, case.arrays("float64", seed=step))
+            ]
             outputs = REGISTRY[case.op](*args, **case.attrs)
             pool.extend(_flat(outputs))
         grads = _gradients(pool)
@@ -70,8 +71,12 @@ def _gradients(pool):
     for i, var in enumerate(wanted):
         term = (var * float(i + 1)).sum()
         loss = term if loss is None else loss + term
-    leaves = [v for op in tape.get_global_tape().ops for v in op.input_vars()
-              if v.is_leaf and v.requires_grad]
+    leaves = [
+        v
+        for op in tape.get_global_tape().ops
+        for v in op.input_vars()
+        if v.is_leaf and v.requires_grad
+    ]
     leaves = list({id(v): v for v in leaves}.values())
     return [g for g in tape.grad(loss, leaves) if g is not None]
 
@@ -81,6 +86,7 @@ def _chooser(data, log):
         pick = data.draw(st.integers(0, n - 1)) if n > 1 else 0
         log.append(pick)
         return pick
+
     return choose
 
 
@@ -121,16 +127,18 @@ def _ancestors(block, target_ops, target_vars):
     def writer(name, before):
         return next((i for i in range(before - 1, -1, -1) if name in ops[i].output_names()), None)
 
-    todo = list(target_ops) + [w for w in (writer(n, len(ops)) for n in target_vars)
-                               if w is not None]
+    todo = list(target_ops) + [
+        w for w in (writer(n, len(ops)) for n in target_vars) if w is not None
+    ]
     found = set()
     while todo:
         index = todo.pop()
         if index in found:
             continue
         found.add(index)
-        todo.extend(w for w in (writer(n, index) for n in ops[index].input_names())
-                    if w is not None)
+        todo.extend(
+            w for w in (writer(n, index) for n in ops[index].input_names()) if w is not None
+        )
     return found
 
 
@@ -167,8 +175,9 @@ class _Watched(list):
 def test_nothing_is_freed_before_its_last_use_and_everything_freeable_is_freed(data, threads):
     program = _program(data)
     block = program.global_block()
-    fetch = data.draw(st.lists(st.sampled_from(list(block.vars)), min_size=1, max_size=3,
-                               unique=True))
+    fetch = data.draw(
+        st.lists(st.sampled_from(list(block.vars)), min_size=1, max_size=3, unique=True)
+    )
     for op in block.ops:
         op.is_target = op.type in ("sgd", "adam", "save")
     compiled = pipeline.compile_program(program, fetch, keep=fetch)
@@ -184,8 +193,9 @@ def test_nothing_is_freed_before_its_last_use_and_everything_freeable_is_freed(d
     assert all(list.__getitem__(vals, slot) is None for slot in compiled.freed)
     kept = compiled.analysis.analysis.pruned.kept
     written = {n for i in kept for n in block.ops[i].output_names()}
-    assert all(list.__getitem__(vals, order.index(name)) is not None
-               for name in fetch if name in written)
+    assert all(
+        list.__getitem__(vals, order.index(name)) is not None for name in fetch if name in written
+    )
 
 
 def _extended(log, attrs, shape):

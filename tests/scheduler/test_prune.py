@@ -60,8 +60,16 @@ def test_an_overwritten_value_does_not_keep_its_earlier_writer():
 
 def test_an_in_place_update_keeps_the_producers_of_what_it_updates():
     pruned = prune(seed_training(), [])  # the fetch op is the only target
-    assert _names(pruned) == ["feed_0", "feed_1", "matmul_2", "elementwise_add_3",
-                              "elementwise_sub_4", "square_5", "reduce_mean_6", "fetch_16"]
+    assert _names(pruned) == [
+        "feed_0",
+        "feed_1",
+        "matmul_2",
+        "elementwise_add_3",
+        "elementwise_sub_4",
+        "square_5",
+        "reduce_mean_6",
+        "fetch_16",
+    ]
     program = seed_training()
     program.global_block().ops[14].is_target = True  # adam for w reads w's gradient
     assert "adam_15" not in _names(prune(program, []))
@@ -99,7 +107,7 @@ def test_case_2_targets_cost_and_updates_run_forward_backward_and_update(step):
     program, loss, layer, path = step
     updates = [op for op in program.global_block().ops if op.type == "sgd"]
     kinds = _kinds(program, fetch_list=[loss] + updates)
-    assert kinds[:len(FORWARD)] == FORWARD
+    assert kinds[: len(FORWARD)] == FORWARD
     assert kinds.count("sgd") == 2 and "save" not in kinds
     assert {"fill_ones_like", "matmul", "sum_to_shape"} <= set(kinds)
     before = layer.weight.numpy().copy()
@@ -119,12 +127,13 @@ def test_case_3_target_checkpoint_runs_only_the_save_op(step):
 
 
 def test_a_checkpoint_after_the_updates_needs_the_whole_step(tmp_path):
-    recording, loss, layer = recorded_step(layers, optim, str(tmp_path / "ckpt.npz"),
-                                           save_before_update=False)
+    recording, loss, layer = recorded_step(
+        layers, optim, str(tmp_path / "ckpt.npz"), save_before_update=False
+    )
     program = tape.Program.from_tape(recording)
     (checkpoint,) = [op for op in program.global_block().ops if op.type == "save"]
     kinds = _kinds(program, targets=[checkpoint])
-    assert kinds[:len(FORWARD)] == FORWARD and kinds[-3:] == ["sgd", "sgd", "save"]
+    assert kinds[: len(FORWARD)] == FORWARD and kinds[-3:] == ["sgd", "sgd", "save"]
     before = layer.weight.numpy().copy()
     tape.Executor().run(program, targets=[checkpoint])
     with np.load(tmp_path / "ckpt.npz", allow_pickle=False) as saved:

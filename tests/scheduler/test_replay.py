@@ -77,9 +77,16 @@ def test_replayed_ops_equal_the_recorded_ones_and_carry_the_backward_line(makers
             loss = (ops.tanh(x @ w + b) * y).mean()
             start = len(t._ops)
             tape.backward(loss)
-            recorded = [(op.type, op.attrs, [v.shape for v in op.input_vars()],
-                         [(v.shape, v.dtype) for v in op.output_vars()], op.location)
-                        for op in t._ops[start:]]
+            recorded = [
+                (
+                    op.type,
+                    op.attrs,
+                    [v.shape for v in op.input_vars()],
+                    [(v.shape, v.dtype) for v in op.output_vars()],
+                    op.location,
+                )
+                for op in t._ops[start:]
+            ]
             t._pending_ops.clear()
             return recorded
 
@@ -145,16 +152,22 @@ def _record_backward(choose, lazy):
         pool, leaves = [], {}
         for step in range(choose(5) + 1):
             case = CASES[choose(len(CASES))]
-            args = [_argument(value, pool, choose) for value in
-                    _ordered(case, case.arrays("float64", seed=step))]
-            leaves.update((id(v), v) for v in _flat([a for a in args if a is not None])
-                          if v.is_leaf and v.requires_grad)
+            args = [
+                _argument(value, pool, choose)
+                for value in _ordered(case, case.arrays("float64", seed=step))
+            ]
+            leaves.update(
+                (id(v), v)
+                for v in _flat([a for a in args if a is not None])
+                if v.is_leaf and v.requires_grad
+            )
             pool.extend(_flat(REGISTRY[case.op](*args, **case.attrs)))
         wanted = [v for v in pool if v.requires_grad]
         if not wanted:
             return [v.numpy() for v in pool]
-        loss = sum(((v * float(i + 1)).sum() for i, v in enumerate(wanted[1:], 1)),
-                   (wanted[0] * 1.0).sum())
+        loss = sum(
+            ((v * float(i + 1)).sum() for i, v in enumerate(wanted[1:], 1)), (wanted[0] * 1.0).sum()
+        )
         tape.backward(loss)
         grads = [v.grad() for v in leaves.values()]
         return [v.numpy() for v in pool] + [g.numpy() for g in grads if g is not None]

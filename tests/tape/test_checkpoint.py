@@ -30,8 +30,9 @@ class Net(layers.Function):
 
 
 def values(named):
-    return {name: var.numpy().copy() for name, var in tape.checkpoint.named_variables(
-        named).items()}
+    return {
+        name: var.numpy().copy() for name, var in tape.checkpoint.named_variables(named).items()
+    }
 
 
 def assert_values(named, expected):
@@ -55,8 +56,13 @@ def test_layer_round_trip_with_parameters_and_buffers(path):
     net = Net()
     net.running.set_value(np.arange(4, dtype=np.float32))
     saved = values(net)
-    assert sorted(saved) == ["first.bias", "first.weight", "running", "second.bias",
-                             "second.weight"]
+    assert sorted(saved) == [
+        "first.bias",
+        "first.weight",
+        "running",
+        "second.bias",
+        "second.weight",
+    ]
     tape.save(path, net)
     scrambled(net)
     tape.load(path, net)
@@ -147,8 +153,11 @@ def test_truncated_file_is_an_error_and_changes_nothing(path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     before = values(net)
-    with pytest.raises(CheckpointError, match=r"checkpoint '.*model.ckpt' is truncated or "
-                                              r"corrupted\n  actual:   BadZipFile"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"checkpoint '.*model.ckpt' is truncated or "
+        r"corrupted\n  actual:   BadZipFile",
+    ):
         tape.load(path, net)
     assert_values(net, before)
 
@@ -173,8 +182,11 @@ def test_checksum_mismatch_names_the_parameter(path):
     key = next(e["key"] for e in read_manifest(path)["params"] if e["name"] == "b")
     replace_member(path, key + ".npy", npy_bytes(np.array([1.0, 1.5])))
     w.set_value(np.zeros(3))
-    with pytest.raises(CheckpointError, match=r"is corrupted: checksum mismatch for parameter "
-                                              r"'b'\n  expected: SHA-256 [0-9a-f]{64}"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"is corrupted: checksum mismatch for parameter "
+        r"'b'\n  expected: SHA-256 [0-9a-f]{64}",
+    ):
         tape.load(path, [w, b])
     np.testing.assert_array_equal(w.numpy(), np.zeros(3))
 
@@ -183,9 +195,12 @@ def test_missing_name_is_an_error_and_changes_nothing(path):
     w = tape.Variable(np.ones(3))
     tape.save(path, {"w": w})
     target = {"w": tape.Variable(np.zeros(3)), "b": tape.Variable(np.zeros(2))}
-    with pytest.raises(CheckpointError, match=r"parameter 'b' is missing from checkpoint .*\n"
-                                              r"  expected: names \['b', 'w'\]\n"
-                                              r"  actual:   names \['w'\]"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"parameter 'b' is missing from checkpoint .*\n"
+        r"  expected: names \['b', 'w'\]\n"
+        r"  actual:   names \['w'\]",
+    ):
         tape.load(path, target)
     np.testing.assert_array_equal(target["w"].numpy(), np.zeros(3))
 
@@ -193,8 +208,9 @@ def test_missing_name_is_an_error_and_changes_nothing(path):
 def test_unexpected_name_is_an_error_unless_not_strict(path):
     tape.save(path, {"w": tape.Variable(np.ones(3)), "extra": tape.Variable(np.ones(1))})
     target = {"w": tape.Variable(np.zeros(3))}
-    with pytest.raises(CheckpointError, match="has parameter 'extra', which is not among the "
-                                              "parameters"):
+    with pytest.raises(
+        CheckpointError, match="has parameter 'extra', which is not among the parameters"
+    ):
         tape.load(path, target)
     np.testing.assert_array_equal(target["w"].numpy(), np.zeros(3))
     tape.load(path, target, strict=False)
@@ -204,10 +220,13 @@ def test_unexpected_name_is_an_error_unless_not_strict(path):
 def test_shape_mismatch_names_the_parameter_and_both_shapes(path):
     tape.save(path, {"w": tape.Variable(np.ones((2, 3))), "b": tape.Variable(np.ones(3))})
     target = {"b": tape.Variable(np.zeros(3)), "w": tape.Variable(np.zeros((3, 2)))}
-    with pytest.raises(CheckpointError, match=r"parameter 'w' does not match checkpoint .*\n"
-                                              r"  expected: shape \(3, 2\), dtype float64 "
-                                              r"\(the parameter\)\n  actual:   shape \(2, 3\), "
-                                              r"dtype float64 \(the checkpoint\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"parameter 'w' does not match checkpoint .*\n"
+        r"  expected: shape \(3, 2\), dtype float64 "
+        r"\(the parameter\)\n  actual:   shape \(2, 3\), "
+        r"dtype float64 \(the checkpoint\)",
+    ):
         tape.load(path, target)
     np.testing.assert_array_equal(target["b"].numpy(), np.zeros(3))
 
@@ -258,6 +277,7 @@ def test_two_variables_with_one_name_are_rejected(path):
 
 
 # -- helpers that edit archives ----------------------------------------------------------------
+
 
 def read_manifest(path):
     with np.load(path, allow_pickle=False) as archive:

@@ -50,8 +50,9 @@ def test_mul_reports_the_flattened_inner_dimensions():
 
 def test_an_unknown_attribute_lists_the_valid_ones():
     with pytest.raises(AttrError) as err:
-        tape.get_global_tape().add_op("mul", {"X": [f32(2, 3)], "Y": [f32(3, 2)]}, None,
-                                      {"x_num_cols": 1})
+        tape.get_global_tape().add_op(
+            "mul", {"X": [f32(2, 3)], "Y": [f32(3, 2)]}, None, {"x_num_cols": 1}
+        )
     message = str(err.value)
     assert "op 'mul'" in message and "unknown attribute 'x_num_cols'" in message
     assert "valid attributes: x_num_col_dims (int = 1), y_num_col_dims (int = 1)" in message
@@ -118,8 +119,14 @@ def test_item_assignment_is_refused_with_a_hint():
 
 
 def test_errors_format_expected_actual_and_hint_lines():
-    err = ShapeError("matmul", "inner dimensions differ", expected="X.shape[-1] == Y.shape[-2]",
-                     actual="4 != 5", name="matmul_7", location="train.py:42 in forward")
+    err = ShapeError(
+        "matmul",
+        "inner dimensions differ",
+        expected="X.shape[-1] == Y.shape[-2]",
+        actual="4 != 5",
+        name="matmul_7",
+        location="train.py:42 in forward",
+    )
     assert str(err) == (
         "op 'matmul' (matmul_7): inner dimensions differ\n"
         "  expected: X.shape[-1] == Y.shape[-2]\n"

@@ -158,8 +158,13 @@ def test_random_basic_indices_match_numpy(data):
 @given(st.data())
 def test_random_integer_arrays_match_numpy(data):
     shape = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4))
-    index = data.draw(hnp.arrays(np.int64, hnp.array_shapes(min_dims=0, max_dims=2, min_side=0),
-                                 elements=st.integers(-shape[0], shape[0] - 1)))
+    index = data.draw(
+        hnp.arrays(
+            np.int64,
+            hnp.array_shapes(min_dims=0, max_dims=2, min_side=0),
+            elements=st.integers(-shape[0], shape[0] - 1),
+        )
+    )
     _check(shape, index)
 
 
@@ -189,21 +194,29 @@ def test_out_of_range_array_index_is_caught_when_recorded():
 
 def test_mixing_an_integer_array_with_other_indices_is_refused():
     message = _error(np.s_[[0, 1], 1:])
-    assert "indexing variable 'x' with ([0, 1], slice(1, None, None)) mixes integer arrays " \
+    assert (
+        "indexing variable 'x' with ([0, 1], slice(1, None, None)) mixes integer arrays "
         "with other indices" in message
+    )
     assert "hint: index with one integer array at a time, or use ops.gather" in message
     assert "mixes integer arrays" in _error((0, np.array([1, 2])))
 
 
-@pytest.mark.parametrize("index, text", [
-    ((0, 0, 0), "too many indices\n  expected: at most 2 (the variable's dimensions)"),
-    ((..., 0, ...), "an index can only have a single ellipsis"),
-    (np.s_[::0], "slice step cannot be zero"),
-    (np.array([True, False, True]), "boolean mask indexing is not supported"),
-    (True, "boolean indices are not supported"),
-    ([0.5], "index arrays must hold integers\n  expected: an integer dtype\n  actual:   float64"),
-    ("a", "unsupported index 'a' (str)"),
-])
+@pytest.mark.parametrize(
+    "index, text",
+    [
+        ((0, 0, 0), "too many indices\n  expected: at most 2 (the variable's dimensions)"),
+        ((..., 0, ...), "an index can only have a single ellipsis"),
+        (np.s_[::0], "slice step cannot be zero"),
+        (np.array([True, False, True]), "boolean mask indexing is not supported"),
+        (True, "boolean indices are not supported"),
+        (
+            [0.5],
+            "index arrays must hold integers\n  expected: an integer dtype\n  actual:   float64",
+        ),
+        ("a", "unsupported index 'a' (str)"),
+    ],
+)
 def test_unsupported_indices_say_why(index, text):
     assert text in _error(index)
 

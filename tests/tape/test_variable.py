@@ -14,8 +14,14 @@ def fresh_tape():
 
 def test_a_variable_describes_its_buffer():
     x = tape.Variable(np.zeros((2, 3), np.float32), requires_grad=True, name="x")
-    assert (x.name, x.shape, x.dtype, x.requires_grad, x.ndim, x.size) == \
-        ("x", (2, 3), np.dtype(np.float32), True, 2, 6)
+    assert (x.name, x.shape, x.dtype, x.requires_grad, x.ndim, x.size) == (
+        "x",
+        (2, 3),
+        np.dtype(np.float32),
+        True,
+        2,
+        6,
+    )
     assert isinstance(x.value(), np.ndarray) and x.numpy() is x.value()
     assert np.asarray(x).shape == (2, 3)
     assert x.grad() is None and x.is_leaf
@@ -24,22 +30,24 @@ def test_a_variable_describes_its_buffer():
 def test_an_empty_handle_has_no_shape_until_an_op_writes_it():
     out = tape.Variable()
     assert out.shape is None and "value=<empty>" in repr(out)
-    tape.get_global_tape().add_op("fill_constant", {}, {"Out": [out]},
-                                  {"shape": [2], "value": 3.0, "dtype": "float64"})
+    tape.get_global_tape().add_op(
+        "fill_constant", {}, {"Out": [out]}, {"shape": [2], "value": 3.0, "dtype": "float64"}
+    )
     assert out.shape == (2,) and out.dtype == np.float64
     np.testing.assert_array_equal(out.numpy(), [3.0, 3.0])
 
 
 def test_repr_is_helpful():
     x = tape.Variable(np.array([1.5, 2.0], np.float32), requires_grad=True, name="w")
-    assert repr(x) == ("Variable(name='w', shape=(2,), dtype=float32, requires_grad=True, "
-                       "value=[1.5, 2. ])")
+    assert repr(x) == (
+        "Variable(name='w', shape=(2,), dtype=float32, requires_grad=True, value=[1.5, 2. ])"
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_python_scalars_never_promote(dtype):
     x = tape.Variable(np.array([1.0, 2.0], dtype))
-    for result in (x + 1, 2.5 * x, x - 0.5, 1.0 - x, x / 3, 3.0 / x, x ** 2, 2.0 ** x, -x):
+    for result in (x + 1, 2.5 * x, x - 0.5, 1.0 - x, x / 3, 3.0 / x, x**2, 2.0**x, -x):
         assert result.dtype == dtype
 
 
