@@ -17,6 +17,7 @@ UNIT = "ms/seq"
 DEFAULT = {"steps": 50, "batch": 16, "input": 64, "hidden": 128}
 TINY = {"steps": 3, "batch": 2, "input": 3, "hidden": 4}
 TARGET = ("torch", 2.0)
+LAZY_TARGET = ("torch", 1.0)  # issue 4: lazy mode, plan cache warm
 TRAINING = False
 
 

@@ -31,9 +31,15 @@ def rows(workload, config, measurements):
 
 
 def _target(workload, measurement, medians):
-    if workload.TARGET is None or not measurement.name.startswith("fluidtape"):
+    """The verdict on a fluidtape row: lazy mode has its own target where a workload sets
+    ``LAZY_TARGET``, and none otherwise."""
+    if not measurement.name.startswith("fluidtape"):
         return ""
-    peer, limit = workload.TARGET
+    lazy = measurement.name.endswith("-lazy")
+    target = getattr(workload, "LAZY_TARGET", None) if lazy else workload.TARGET
+    if target is None:
+        return ""
+    peer, limit = target
     if peer not in medians:
         return ""
     ratio = measurement.median / medians[peer]

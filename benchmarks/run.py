@@ -60,6 +60,11 @@ def parse_args(argv):
         help="per workload, wait up to SECONDS in all for other processes to "
         "leave the cores idle: before starting, and to redo disturbed blocks",
     )
+    parser.add_argument(
+        "--lazy",
+        action="store_true",
+        help="also time fluidtape in lazy mode (fluidtape-lazy: tape.lazy(), plan cache warm)",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument(
@@ -76,13 +81,20 @@ def load(name):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-def build(workload, config, wanted):
-    """{name: step} for the implementations that can run, and notes on those that cannot."""
+def build(workload, config, wanted, lazy=False):
+    """{name: step} for the implementations that can run, and notes on those that cannot;
+    ``lazy`` adds fluidtape's lazy-mode variant after fluidtape."""
+    from benchmarks.bench_lazy import lazy_variant
     from benchmarks.common import Unavailable
 
     data = workload.make_data(config)
     steps, notes = {}, []
+    setups = {}
     for name, setup in workload.IMPLEMENTATIONS.items():
+        setups[name] = setup
+        if lazy and name == "fluidtape":
+            setups["fluidtape-lazy"] = lazy_variant(setup)
+    for name, setup in setups.items():
         if wanted is not None and name not in wanted:
             continue
         try:
@@ -115,7 +127,7 @@ def main(argv=None):
     for name in args.only.split(","):
         workload = load(name.strip())
         config = workload.TINY if args.tiny else workload.DEFAULT
-        steps, skipped = build(workload, config, wanted)
+        steps, skipped = build(workload, config, wanted, args.lazy)
         notes += skipped
         if args.wait_idle > 0:
             harness.wait_until_idle(args.wait_idle)
