@@ -196,9 +196,11 @@ class _SharedOperands(Scan):
 
     def _batch(self, members):
         """Joins the products ``members`` (indices) into one, where all their inputs exist."""
-        chosen, start, limit = [], 0, len(self.block.ops)
+        chosen, start, limit, outputs = [], 0, len(self.block.ops), set()
         for index in members:
             op = self.block.ops[index]
+            if any(n in outputs for n in op.input_names()):
+                continue  # reads a joined product itself (x @ W @ W): not ready at the join
             ready = max(
                 (
                     max((w for w in self.writers.get(n, ()) if w < index), default=-1) + 1
@@ -210,6 +212,7 @@ class _SharedOperands(Scan):
             first_read = min(readers, default=len(self.block.ops))
             if max(start, ready) <= min(limit, first_read):
                 chosen.append(index)
+                outputs.add(op.outputs["Out"][0])
                 start, limit = max(start, ready), min(limit, first_read)
         ops = [self.block.ops[i] for i in chosen]
         if len(chosen) < MIN_GROUP or not all(

@@ -150,6 +150,20 @@ def test_products_sharing_an_operand_are_computed_at_once_and_split():
     _assert_same_values(block, batched, [f"h{t}" for t in range(STEPS)])
 
 
+def test_a_product_of_a_joined_product_is_left_out_of_the_join():
+    """q = p0 @ W reads p0 = x0 @ W directly: p0 can join the others, q cannot."""
+    block = _block({"w": (3, 3), **{f"x{t}": (2, 3) for t in range(STEPS)}})
+    block.append_op("matmul", {"X": ["x0"], "Y": ["w"]}, {"Out": ["p0"]})
+    block.append_op("matmul", {"X": ["p0"], "Y": ["w"]}, {"Out": ["q"]})
+    for t in range(1, STEPS):
+        block.append_op("matmul", {"X": [f"x{t}"], "Y": ["w"]}, {"Out": [f"p{t}"]})
+    kept = ["q"] + [f"p{t}" for t in range(STEPS)]
+    batched = rewrite(block, keep=set(kept))
+    assert _types(batched) == ["concat", "matmul", "split", "matmul"]
+    assert batched.ops[3].inputs["X"] == ["p0"]
+    _assert_same_values(block, batched, kept)
+
+
 def test_a_recurrence_is_not_batched():
     block = _projections(recurrent=True)
     assert rewrite(block, keep={f"h{STEPS - 1}"}) is block
