@@ -186,14 +186,16 @@ def test_the_executor_batches_a_static_program_unless_exact(exact):
     assert ("batched products" in explained) != exact
 
 
-def _unrolled(steps, dtype, exact=None, validate=False, seed=0):
+def _unrolled(steps, dtype, exact=None, validate=False, seed=0, threads=0):
     """Loss and parameter gradients of an LSTM unrolled ``steps`` steps (eager if exact is
     None), and the last lazy plan."""
     tape.seed(seed)
     cell = layers.LSTMCell(3, 4, dtype=dtype)
     xs = np.random.default_rng(seed).standard_normal((steps, 2, 3)).astype(dtype)
     lazy = (
-        tape.lazy(exact=bool(exact), validate=validate) if exact is not None else tape.lazy(False)
+        tape.lazy(exact=bool(exact), validate=validate, threads=threads)
+        if exact is not None
+        else tape.lazy(False)
     )
     with lazy:
         t = tape.reset_global_tape()
@@ -216,6 +218,15 @@ def test_a_lazy_lstm_equals_eager_mode_within_reassociation_rounding(dtype):
     np.testing.assert_allclose(lazy_loss, loss, rtol=64 * eps)
     for got, want in zip(lazy_grads, grads, strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=64 * eps * np.abs(want).max())
+
+
+def test_a_rewritten_plan_on_the_thread_pool_equals_program_order():
+    loss, grads, _ = _unrolled(2 * STEPS, "float32", exact=False)
+    pool_loss, pool_grads, plan = _unrolled(2 * STEPS, "float32", exact=False, threads=2)
+    assert pipeline.rewritten(plan)
+    np.testing.assert_array_equal(pool_loss, loss)
+    for got, want in zip(pool_grads, grads, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_exact_lazy_mode_equals_eager_mode_bit_for_bit():
