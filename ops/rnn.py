@@ -21,7 +21,7 @@ from tape.errors import DTypeError, ShapeError
 from tape.tape import apply, state
 
 
-def _sigmoid_in_place(xp, z):
+def sigmoid_in_place(xp, z):
     """z <- 1 / (1 + exp(-z)). Where exp(-z) overflows to inf the result is 0, the right limit,
     so the overflow warning is silenced rather than the argument clamped (a clamp is a pass
     that costs as much as the exp)."""
@@ -42,7 +42,7 @@ def _gate_major(ndim):
     return (ndim - 2, *range(ndim - 2), ndim - 1)
 
 
-def _check_float(slots):
+def check_float(slots):
     first_slot, first = slots[0]
     if first.dtype.kind != "f":
         raise DTypeError(
@@ -61,9 +61,14 @@ def _check_float(slots):
             )
 
 
-def _check_state(slot, var, gates_slot, gates):
-    """``var`` is (..., H) for ``gates`` (..., 4H): the same leading axes, a quarter the width."""
-    lead, hidden = tuple(gates.shape[:-1]), gates.shape[-1] // 4
+LSTM_GATES = ("i", "f", "g", "o")
+_FRACTION = {3: "a third", 4: "a quarter"}
+
+
+def check_state(slot, var, gates_slot, gates, names=LSTM_GATES):
+    """``var`` is (..., H) for ``gates`` (..., kH), k = len(names): the same leading axes."""
+    count = len(names)
+    lead, hidden = tuple(gates.shape[:-1]), gates.shape[-1] // count
     if tuple(var.shape[:-1]) != lead:
         raise ShapeError(
             None,
@@ -74,25 +79,26 @@ def _check_state(slot, var, gates_slot, gates):
     if var.shape[-1] != hidden:
         raise ShapeError(
             None,
-            f"the last axis of {slot} must be a quarter of {gates_slot}'s "
-            "(one value per gate i, f, g, o)",
-            expected=f"{slot}.shape[-1] == {gates_slot}.shape[-1] / 4 == {hidden}",
+            f"the last axis of {slot} must be {_FRACTION[count]} of {gates_slot}'s "
+            f"(one value per gate {', '.join(names)})",
+            expected=f"{slot}.shape[-1] == {gates_slot}.shape[-1] / {count} == {hidden}",
             actual=f"{slot}.shape={var.shape}, {gates_slot}.shape={gates.shape}",
         )
 
 
-def _check_gate_axis(slot, gates):
-    if not gates.shape or gates.shape[-1] % 4:
+def check_gate_axis(slot, gates, names=LSTM_GATES):
+    count = len(names)
+    if not gates.shape or gates.shape[-1] % count:
         raise ShapeError(
             None,
-            f"the last axis of {slot} must hold 4 gates (i, f, g, o)",
-            expected=f"{slot}.shape == (..., 4 * H)",
+            f"the last axis of {slot} must hold {count} gates ({', '.join(names)})",
+            expected=f"{slot}.shape == (..., {count} * H)",
             actual=f"{slot}.shape={gates.shape}",
         )
 
 
 def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
-    _check_float([("Gi", gi), ("Gh", gh), ("C", c), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
+    check_float([("Gi", gi), ("Gh", gh), ("C", c), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
     if tuple(gi.shape) != tuple(gh.shape):
         raise ShapeError(
             None,
@@ -100,8 +106,8 @@ def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
             expected="Gi.shape == Gh.shape",
             actual=f"Gi.shape={gi.shape}, Gh.shape={gh.shape}",
         )
-    _check_gate_axis("Gi", gi)
-    _check_state("C", c, "Gi", gi)
+    check_gate_axis("Gi", gi)
+    check_state("C", c, "Gi", gi)
     for slot, bias in (("BiasIh", bias_ih), ("BiasHh", bias_hh)):
         if bias is not None and tuple(bias.shape) != (gi.shape[-1],):
             raise ShapeError(
@@ -150,7 +156,7 @@ def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
     by_gate = _by_gate(gates)
     g = by_gate[..., 2, :]
     tanh_g = xp.tanh(g)
-    _sigmoid_in_place(xp, gates)  # one pass over all four gates; g is put back below
+    sigmoid_in_place(xp, gates)  # one pass over all four gates; g is put back below
     g[...] = tanh_g
     i, f, o = by_gate[..., 0, :], by_gate[..., 1, :], by_gate[..., 3, :]
     hout = xp.multiply(f, c)
@@ -208,13 +214,13 @@ def _composed_grad(gates, c, cout, g_hout, g_cout, g_gates):
 
 
 def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
-    _check_float(
+    check_float(
         [("Gates", gates), ("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)]
     )
-    _check_gate_axis("Gates", gates)
+    check_gate_axis("Gates", gates)
     for slot, var in (("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)):
         if var is not None:
-            _check_state(slot, var, "Gates", gates)
+            check_state(slot, var, "Gates", gates)
     return (tuple(gates.shape), gates.dtype), (tuple(c.shape), c.dtype)
 
 

@@ -1,4 +1,5 @@
-"""Cases for the fused LSTM step (lstm_cell) and its gradient op, against plain-numpy references."""
+"""Cases for the fused LSTM and GRU steps (lstm_cell, gru_cell) and their gradient ops, against
+plain-numpy references."""
 
 import numpy as np
 
@@ -69,6 +70,50 @@ def _grad_case(name, lead, hidden, with_hout=True, with_cout=True):
     )
 
 
+def gru_cell_reference(gi, gh, h, bias_ih=None, bias_hh=None):
+    """(Hout, Gates, Ghn) of one GRU step, written out gate by gate."""
+    gi = gi if bias_ih is None else gi + bias_ih
+    gh = gh if bias_hh is None else gh + bias_hh
+    (i_r, i_z, i_n), (h_r, h_z, h_n) = np.split(gi, 3, axis=-1), np.split(gh, 3, axis=-1)
+    r, z = _sigmoid(i_r + h_r), _sigmoid(i_z + h_z)  # PyTorch's gate order
+    n = np.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h, np.concatenate([r, z, n], axis=-1), h_n
+
+
+def gru_cell_returned(*inputs):
+    """What ``ops.gru_cell`` returns: Hout."""
+    return gru_cell_reference(*inputs)[0]
+
+
+def gru_cell_grad_reference(gates, ghn, h, g_hout):
+    """(dGi, dGh, dH) by the chain rule through n = tanh(Gi_n + r Ghn), Hout = (1 - z) n + z H."""
+    r, z, n = np.split(gates, 3, axis=-1)
+    g_n = g_hout * (1 - z) * (1 - n**2)
+    g_r, g_z = g_n * ghn * r * (1 - r), g_hout * (h - n) * z * (1 - z)
+    return (
+        np.concatenate([g_r, g_z, g_n], axis=-1),
+        np.concatenate([g_r, g_z, g_n * r], axis=-1),
+        g_hout * z,
+    )
+
+
+def _gru_grad_case(name, lead, hidden):
+    """Gates, Ghn, H of a real forward step (so Gates lie in the activations' ranges)."""
+    rng = np.random.default_rng(6)
+    shape = lead + (3 * hidden,)
+    h = rng.standard_normal(lead + (hidden,))
+    _, gates, ghn = gru_cell_reference(rng.standard_normal(shape), rng.standard_normal(shape), h)
+    inputs = {"Gates": gates, "Ghn": ghn, "H": h, "Hout@GRAD": lead + (hidden,)}
+    return OpCase("gru_cell_grad", inputs, reference=gru_cell_grad_reference, grad=False, name=name)
+
+
+def _gru_case(name, lead, hidden, biases=("BiasIh", "BiasHh"), **options):
+    width = 3 * hidden
+    inputs = {"Gi": lead + (width,), "Gh": lead + (width,), "H": lead + (hidden,)}
+    inputs.update({slot: (width,) for slot in biases})
+    return OpCase("gru_cell", inputs, reference=gru_cell_returned, name=name, **options)
+
+
 CASES = [
     OpCase(
         "lstm_cell",
@@ -129,4 +174,25 @@ CASES = [
     _grad_case("vector_none", (), 2, with_hout=False, with_cout=False),
     _grad_case("two_leading_axes", (3, 2), 2),
     _grad_case("benchmark_size", (16,), 128),
+    _gru_case("batch_bias", (2,), 3, double_grad=True),
+    _gru_case("batch_no_bias", (2,), 2, biases=(), double_grad=True),
+    _gru_case("vector_bias", (), 3, double_grad=True),
+    _gru_case("vector_input_bias_only", (), 3, biases=("BiasIh",)),
+    _gru_case("batch_hidden_bias_only", (2,), 2, biases=("BiasHh",)),
+    _gru_case("two_leading_axes", (3, 2), 2),
+    _gru_case("benchmark_size", (16,), 128),
+    _gru_case("empty_batch", (0,), 2),
+    # Saturated gates: r = 0 drops Ghn, z = 1 keeps H (exp(-z) overflows to inf).
+    OpCase(
+        "gru_cell",
+        {"Gi": lambda rng, dt: np.array([[-1e3, 1e3, 0.5]], dt), "Gh": (1, 3), "H": (1, 1)},
+        reference=gru_cell_returned,
+        grad=False,
+        name="saturated",
+    ),
+    _gru_grad_case("batch", (2,), 3),
+    _gru_grad_case("vector", (), 4),
+    _gru_grad_case("two_leading_axes", (3, 2), 2),
+    _gru_grad_case("benchmark_size", (16,), 128),
+    _gru_grad_case("empty_batch", (0,), 2),
 ]
