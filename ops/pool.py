@@ -161,7 +161,7 @@ def pool2d(xp, attrs, x):
     the real elements when ``exclusive`` (PyTorch's count_include_pad=False), else by the window
     clipped to the padded input. ``ceil_mode`` keeps a last partial window (PyTorch's rule).
 
-    dX = pool2d_grad(X, dOut): dOut routed to each window's first maximum, or spread evenly
+    dX = pool2d_grad(X, dOut, Out): dOut routed to each window's first maximum, or spread evenly
     over the averaged elements.
 
     >>> import numpy as np, tape, ops
@@ -194,8 +194,10 @@ def _window_attrs(attrs):
 
 @pool2d.gradient
 def _(g):
-    (x,), (gout,) = g.inputs, g.gouts
-    return (apply(pool2d_grad, (x, gout), _pool_attrs(g.attrs)),)
+    (x,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    # Max pooling's gradient compares X with the window maxima: pass the ones computed here.
+    maxima = out if g.attrs["pooling_type"] == "max" else None
+    return (apply(pool2d_grad, (x, gout, maxima), _pool_attrs(g.attrs)),)
 
 
 def _window_max(xp, geom, padded):
@@ -206,20 +208,29 @@ def _window_max(xp, geom, padded):
     return out
 
 
-def first_max_masks(xp, geom, x):
+def first_max_masks(xp, geom, x, maxima=None):
     """For each kernel offset, (window slices, mask of the windows whose first maximum in
     row-major order sits at that offset). A NaN is a window's maximum (the first NaN wins).
+    ``maxima`` are the window maxima when known (max pool2d's Out), else recomputed.
 
     Comparing against the window maxima is measured here 4x faster than tracking a running
-    argmax with masked copies.
+    argmax with masked copies. The mask is one buffer, rewritten at each offset: use it before
+    the next one.
     """
     padded = geom.pad(xp, x, -xp.inf)
-    maxima = _window_max(xp, geom, padded)
+    if maxima is None:
+        maxima = _window_max(xp, geom, padded)
     has_nan = bool(xp.isnan(maxima).any())
-    taken = None
-    for _, window in geom.offsets():
+    hit, taken = xp.empty(maxima.shape, dtype=bool), None
+    last = geom.kernel[0] * geom.kernel[1] - 1
+    for index, window in geom.offsets():
+        if index == last and taken is not None:
+            # Every window holds its maximum, so those not taken yet have it at the last offset.
+            xp.logical_not(taken, out=hit)
+            yield window, hit
+            continue
         part = padded[(..., *window)]
-        hit = part == maxima
+        xp.equal(part, maxima, out=hit)
         if has_nan:
             hit |= xp.isnan(part)
         if taken is None:
@@ -230,54 +241,83 @@ def first_max_masks(xp, geom, x):
         yield window, hit
 
 
-def _infer_pool_grad(attrs, x, gout):
+def _route_to_maxima(xp, geom, x, gout, maxima):
+    """dX of max pooling: each window's gout at its first maximum, +0.0 elsewhere.
+
+    Selecting by AND-ing gout's bits with an all-ones or all-zeros mask is exact like
+    ``where(hit, gout, 0)`` (inf and NaN included) and measured 2x faster. Windows that
+    neither overlap nor reach padding write straight into dX, with no accumulation or crop.
+    """
+    bits = xp.dtype(f"uint{8 * gout.dtype.itemsize}")
+    extent = geom.padded_extent()
+    disjoint = extent == tuple(geom.size) and not any(geom.pads)  # no window leaves X
+    disjoint = disjoint and all(s >= k for s, k in zip(geom.stride, geom.kernel))
+    # Stride == kernel and the windows tile X: every element of dX is written.
+    covered = disjoint and all(
+        s == k and o * k == n for s, k, o, n in zip(geom.stride, geom.kernel, geom.out, geom.size)
+    )
+    shape = x.shape[:2] + extent
+    gx = (xp.empty if covered else xp.zeros)(shape, dtype=gout.dtype)
+    gout_bits, mask = gout.view(bits), xp.empty(gout.shape, dtype=bits)
+    for window, hit in first_max_masks(xp, geom, x, maxima):
+        mask[...] = hit
+        xp.negative(mask, out=mask)  # True -> all ones, False -> 0
+        dst = gx[(..., *window)]
+        if disjoint:
+            xp.bitwise_and(gout_bits, mask, out=dst.view(bits))
+        else:
+            dst += xp.bitwise_and(gout_bits, mask, out=mask).view(gout.dtype)
+    return gx if disjoint else geom.crop(gx)
+
+
+def _infer_pool_grad(attrs, x, gout, out=None):
     geom = _check_geometry(attrs, x)
     expected = x.shape[:2] + geom.out
-    if tuple(gout.shape) != expected:
-        raise ShapeError(
-            None,
-            "Out@GRAD does not have the pooling's output shape",
-            expected=f"{expected} (X.shape={x.shape})",
-            actual=str(gout.shape),
-        )
+    for slot, given in (("Out@GRAD", gout), ("Out", out)):
+        if given is not None and tuple(given.shape) != expected:
+            raise ShapeError(
+                None,
+                f"{slot} does not have the pooling's output shape",
+                expected=f"{expected} (X.shape={x.shape})",
+                actual=str(given.shape),
+            )
     return x.shape, x.dtype
 
 
 @register(
     "pool2d_grad",
-    inputs=("X", "Out@GRAD"),
+    inputs=("X", "Out@GRAD", "Out?"),
     outputs=("X@GRAD",),
     attrs=POOL_ATTRS,
     infer=_infer_pool_grad,
 )
-def pool2d_grad(xp, attrs, x, gout):
+def pool2d_grad(xp, attrs, x, gout, out=None):
     """X@GRAD = Out@GRAD added back to the window elements pool2d read: to each window's first
-    maximum (max), or divided by the window's divisor to each averaged element (avg).
+    maximum (max), or divided by the window's divisor to each averaged element (avg). ``Out``,
+    pool2d's output, saves max pooling recomputing the window maxima (absent: recomputed).
 
     Linear in Out@GRAD: its gradient for an upstream G is d(Out@GRAD) = max_pool2d_select(X, G)
-    (max) or pool2d(G) (avg); X gets none (the argmax is piecewise constant).
+    (max) or pool2d(G) (avg); X and Out get none (the argmax is piecewise constant).
     """
     geom = _Geometry(attrs, x.shape[2:])
-    padded = xp.zeros(x.shape[:2] + geom.padded_extent(), dtype=gout.dtype)
     if attrs["pooling_type"] == "max":
-        for window, hit in first_max_masks(xp, geom, x):
-            padded[(..., *window)] += xp.where(hit, gout, 0)
-    else:
-        share = gout / geom.divisor(xp, attrs["exclusive"], gout.dtype)
-        for _, window in geom.offsets():
-            padded[(..., *window)] += share
+        return _route_to_maxima(xp, geom, x, gout, out)
+    padded = xp.zeros(x.shape[:2] + geom.padded_extent(), dtype=gout.dtype)
+    share = gout / geom.divisor(xp, attrs["exclusive"], gout.dtype)
+    for _, window in geom.offsets():
+        padded[(..., *window)] += share
     return geom.crop(padded)
 
 
 @pool2d_grad.gradient
 def _(g):
-    x, _ = g.inputs
+    x = g.inputs[0]
     (upstream,) = g.gouts
     if not g.needs(1):
-        return None, None
+        return None, None, None
     if g.attrs["pooling_type"] == "max":
-        return None, apply(max_pool2d_select, (x, upstream), _window_attrs(g.attrs))
-    return None, apply(pool2d, (upstream,), _pool_attrs(g.attrs))
+        return None, apply(max_pool2d_select, (x, upstream), _window_attrs(g.attrs)), None
+    return None, apply(pool2d, (upstream,), _pool_attrs(g.attrs)), None
 
 
 def _infer_select(attrs, x, y):
@@ -309,5 +349,5 @@ def _(g):
     if not g.needs(1):
         return None, None
     return None, apply(
-        pool2d_grad, (x, gout), {**g.attrs, "pooling_type": "max", "exclusive": True}
+        pool2d_grad, (x, gout, None), {**g.attrs, "pooling_type": "max", "exclusive": True}
     )

@@ -136,6 +136,7 @@ CONFIGS = [
     dict(kernel_size=(3, 2), stride=(2, 3), padding=(1, 1), ceil_mode=True),
     dict(kernel_size=(2, 4), stride=(3, 3), padding=(0, 2), ceil_mode=True),
     dict(kernel_size=1, stride=2),
+    dict(kernel_size=2, ceil_mode=True),
 ]
 
 
@@ -160,16 +161,42 @@ def test_values_and_gradients_equal_torch(config, kind):
     np.testing.assert_allclose(x.grad().numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-14)
 
 
-def test_max_pool_ties_route_like_torch():
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(kernel_size=3, stride=(2, 1), padding=1, ceil_mode=True),
+        dict(kernel_size=2),  # windows tiling X: the gradient is written without accumulating
+        dict(kernel_size=2, stride=3),
+    ],
+)
+def test_max_pool_ties_route_like_torch(config):
     torch = pytest.importorskip("torch")
-    x0 = RNG.integers(0, 3, (2, 2, 7, 7)).astype(np.float64)
+    x0 = RNG.integers(0, 3, (2, 2, 8, 7)).astype(np.float64)
     x, tx = tape.Variable(x0, requires_grad=True), torch.tensor(x0, requires_grad=True)
-    out = layers.MaxPool2D(3, stride=(2, 1), padding=1, ceil_mode=True)(x)
-    expected = torch.nn.functional.max_pool2d(tx, 3, (2, 1), 1, ceil_mode=True)
+    out = layers.MaxPool2D(**config)(x)
+    expected = torch.nn.functional.max_pool2d(tx, **config)
     cotangent = RNG.standard_normal(out.shape)
     tape.backward(out, grad=cotangent)
     expected.backward(torch.tensor(cotangent))
     np.testing.assert_allclose(x.grad().numpy(), tx.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("out_given", [True, False])
+@pytest.mark.parametrize("attrs", [{"ksize": [2, 2]}, {"ksize": [2, 2], "paddings": [1, 1]}])
+def test_max_pool_grad_with_or_without_out_routes_nan_and_inf_like_where(attrs, out_given):
+    """Out (pool2d's output) only saves recomputing the maxima; a NaN is the maximum, and an
+    inf or NaN in Out@GRAD reaches only the maximum's element."""
+    x0 = np.array([[[[1.0, np.nan, 2.0, 0.0], [np.nan, 5.0, 2.0, 2.0]]]])
+    gout0 = np.full((1, 1) + ((1, 2) if "paddings" not in attrs else (2, 3)), np.inf)
+    gout0[..., 0] = np.nan
+    x, gout = tape.Variable(x0), tape.Variable(gout0)
+    out = ops.pool2d(x, **attrs) if out_given else None
+    gx = ops.pool2d_grad(x, gout, out, **attrs).numpy()
+    if "paddings" in attrs:  # windows: rows {0}, {1} by columns {0}, {1, 2}, {3}
+        expected = [[[[np.nan, np.inf, 0.0, np.inf], [np.nan, np.inf, 0.0, np.inf]]]]
+    else:
+        expected = [[[[0.0, np.nan, np.inf, 0.0], [0.0, 0.0, 0.0, 0.0]]]]
+    np.testing.assert_array_equal(gx, expected)
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])

@@ -59,7 +59,8 @@ def pool_reference(x, pooling_type="max", exclusive=True, **attrs):
     return out
 
 
-def pool_grad_reference(x, gout, pooling_type="max", exclusive=True, **attrs):
+def pool_grad_reference(x, gout, out=None, pooling_type="max", exclusive=True, **attrs):
+    """The first maximum is found from X alone: Out, when given, must not change the result."""
     gx = np.zeros(x.shape)
     for (b, ch, r, q, _, _), rows, cols, area in _windows(x.shape, **attrs):
         if pooling_type == "max":
@@ -83,7 +84,8 @@ def _gout(x_shape, attrs):
     return x_shape[:2] + index[4:]
 
 
-# (name, X shape, window attributes): overlap, padding, ceil mode, size-1 dims.
+# (name, X shape, window attributes): overlap, padding, ceil mode, size-1 dims, and windows
+# that tile X, leave rows and columns out, leave gaps or end past X (max pool2d_grad's paths).
 GEOMETRIES = [
     ("plain", (1, 2, 4, 6), {"ksize": [2, 2]}),
     ("overlap_pad", (1, 2, 5, 4), {"ksize": [3, 3], "strides": [1, 2], "paddings": [1, 1]}),
@@ -94,6 +96,9 @@ GEOMETRIES = [
         {"ksize": [3, 2], "strides": [2, 3], "paddings": [1, 0, 0, 1], "ceil_mode": True},
     ),
     ("size1", (1, 1, 1, 5), {"ksize": [1, 2], "strides": [1, 1]}),
+    ("ragged", (1, 2, 5, 7), {"ksize": [2, 2]}),
+    ("gaps", (2, 1, 5, 7), {"ksize": [2, 1], "strides": [3, 2]}),
+    ("ceil_partial", (1, 2, 5, 5), {"ksize": [2, 2], "ceil_mode": True}),
 ]
 
 
@@ -149,6 +154,36 @@ def _cases():
                 reference=select_reference,
                 double_grad=True,
                 name=name,
+            )
+        )
+    return cases + _cases_with_out()
+
+
+def _ties(shape):
+    """Small integers: most windows hold their maximum more than once."""
+    return np.random.default_rng(7).integers(0, 3, shape).astype(np.float64)
+
+
+def _cases_with_out():
+    """pool2d_grad given pool2d's Out (as the pool2d gradient passes it), on distinct values and
+    on ties; X is not differentiated, since the given Out stays fixed while X moves."""
+    cases = []
+    for (name, shape, window), values in itertools.product(GEOMETRIES, ("distinct", "ties")):
+        x = (
+            _ties(shape)
+            if values == "ties"
+            else distinct(shape)(np.random.default_rng(3), np.float64)
+        )
+        attrs = {"pooling_type": "max", **window}
+        cases.append(
+            OpCase(
+                "pool2d_grad",
+                {"X": x, "Out@GRAD": _gout(shape, window), "Out": pool_reference(x, **attrs)},
+                attrs,
+                reference=pool_grad_reference,
+                grad_inputs=("Out@GRAD",),
+                double_grad=name == "plain",
+                name=f"max_{name}_given_out_{values}",
             )
         )
     return cases
