@@ -4,6 +4,11 @@ As for the LSTM (ops/rnn.py), one op per step replaces about 12 small forward an
 ops; the two projections stay separate matmuls. Gates are in PyTorch's order (r, z, n) along the
 last axis. Unlike the LSTM's, the n gate needs the hidden projection apart from the input one
 (it is scaled by r), so the op takes Gi and Gh rather than their sum, and their gradients differ.
+
+Arithmetic on one gate's strided slice of a (..., 3H) array costs up to twice as much as on a
+contiguous array at typical sizes, so the kernels read Gi and Gh and write their gradients in
+that layout once and keep everything else contiguous: the saved gates are two outputs, RZ
+(..., 2H) and N (..., H), rather than one (..., 3H) array.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from tape.errors import ShapeError
 from tape.tape import apply, state
 
 GRU_GATES = ("r", "z", "n")
+RZ_GATES = ("r", "z")
 
 
 def _infer_gru(attrs, gi, gh, h, bias_ih, bias_hh):
@@ -41,20 +47,20 @@ def _infer_gru(attrs, gi, gh, h, bias_ih, bias_hh):
                 actual=f"{slot}.shape={bias.shape}",
             )
     state_desc = (tuple(h.shape), gi.dtype)
-    return state_desc, (tuple(gi.shape), gi.dtype), state_desc
+    return state_desc, (tuple(h.shape[:-1]) + (2 * h.shape[-1],), gi.dtype), state_desc, state_desc
 
 
 @register(
     "gru_cell",
     inputs=("Gi", "Gh", "H", "BiasIh?", "BiasHh?"),
-    outputs=("Hout", "Gates", "Ghn"),
+    outputs=("Hout", "RZ", "N", "Ghn"),
     infer=_infer_gru,
     no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"),
     returns=lambda results: results[0],
 )
 def gru_cell(xp, attrs, gi, gh, h, bias_ih, bias_hh):
     """One GRU step from the projections Gi = x W_ih^T and Gh = h W_hh^T, (..., 3H) each, and
-    the state H (..., H); returns Hout, keeping Gates = [r, z, n] and Ghn for the gradient:
+    the state H (..., H); returns Hout, keeping RZ = [r, z], N = n and Ghn for the gradient:
 
         r = sigmoid(Gi_r + BiasIh_r + Gh_r + BiasHh_r);  z likewise (the biases are optional)
         Ghn = Gh_n + BiasHh_n;  n = tanh(Gi_n + BiasIh_n + r * Ghn)
@@ -73,39 +79,38 @@ def gru_cell(xp, attrs, gi, gh, h, bias_ih, bias_hh):
     array([[0.5, 0.5]], dtype=float32)
     """
     hidden = h.shape[-1]
-    rz, split_at = slice(0, 2 * hidden), 2 * hidden
-    gates = xp.empty(gi.shape, gi.dtype)
-    xp.add(gi[..., rz], gh[..., rz], out=gates[..., rz])
-    ghn = xp.array(gh[..., split_at:])  # a copy: Ghn is an output of its own
-    if bias_hh is not None:
-        ghn += bias_hh[split_at:]
-    r, z, n = gates[..., :hidden], gates[..., hidden:split_at], gates[..., split_at:]
+    two = 2 * hidden
+    rz = xp.add(gi[..., :two], gh[..., :two])
     if bias_ih is not None and bias_hh is not None:
-        gates[..., rz] += bias_ih[rz] + bias_hh[rz]  # one (2H,) add, not a second batch pass
+        rz += bias_ih[:two] + bias_hh[:two]  # one (2H,) add, not a second pass over the batch
     elif bias_ih is not None or bias_hh is not None:
-        gates[..., rz] += (bias_ih if bias_ih is not None else bias_hh)[rz]
-    sigmoid_in_place(xp, gates[..., rz])
-    xp.multiply(r, ghn, out=n)
-    n += gi[..., split_at:]
+        rz += (bias_ih if bias_ih is not None else bias_hh)[:two]
+    sigmoid_in_place(xp, rz)
+    if bias_hh is not None:
+        ghn = xp.add(gh[..., two:], bias_hh[two:])
+    else:
+        ghn = xp.array(gh[..., two:])  # a copy: Ghn is an output of its own
+    n = xp.multiply(rz[..., :hidden], ghn)
+    n += gi[..., two:]
     if bias_ih is not None:
-        n += bias_ih[split_at:]
+        n += bias_ih[two:]
     xp.tanh(n, out=n)
     hout = xp.subtract(h, n)  # Hout = n + z (H - n): one temporary fewer than (1 - z) n + z H
-    hout *= z
+    hout *= rz[..., hidden:]
     hout += n
-    return hout, gates, ghn
+    return hout, rz, n, ghn
 
 
 @gru_cell.gradient
 def _(g):
     _, _, h, bias_ih, bias_hh = g.inputs
-    _, gates, ghn = g.outputs
-    g_hout, g_gates, g_ghn = g.gouts
-    if state.grad_enabled or g_hout is None or g_gates is not None or g_ghn is not None:
-        g_gi, g_gh, g_h = _composed_grad(gates, ghn, h, g_hout, g_gates, g_ghn)
+    _, rz, n, ghn = g.outputs
+    g_hout, *g_saved = g.gouts
+    if state.grad_enabled or g_hout is None or any(gout is not None for gout in g_saved):
+        g_gi, g_gh, g_h = _composed_grad(rz, n, ghn, h, g.gouts)
     else:
-        g_gi, g_gh, g_h = apply(gru_cell_grad, (gates, ghn, h, g_hout), NO_ATTRS)
-    width = (gates.shape[-1],)
+        g_gi, g_gh, g_h = apply(gru_cell_grad, (rz, n, ghn, h, g_hout), NO_ATTRS)
+    width = (3 * h.shape[-1],)
     return (
         g_gi,
         g_gh,
@@ -115,59 +120,65 @@ def _(g):
     )
 
 
-def _composed_grad(gates, ghn, h, g_hout, g_gates, g_ghn):
+def _composed_grad(rz, n, ghn, h, gouts):
     """(dGi, dGh, dH) from registered ops, differentiable again: the formulas of gru_cell_grad,
-    plus the gradients of the hidden Gates and Ghn outputs (which a double backward reaches
+    plus the gradients of the hidden RZ, N and Ghn outputs (which a double backward reaches
     through this very graph)."""
-    axis = len(gates.shape) - 1
-    r, z, n = apply(split, (gates,), {"num": 3, "sections": (), "axis": axis})
+    g_hout, g_rz, g_n, g_ghn = gouts
+    axis = len(rz.shape) - 1
+    halves = {"num": 2, "sections": (), "axis": axis}
+    r, z = apply(split, (rz,), halves)
     # Gradients of the activated r, z, n, before their activations' derivatives.
-    activated, g_h = [None, None, None], None
+    g_r = g_z = g_h = None
     if g_hout is not None:
         g_h = mul(g_hout, z)
-        activated[1:] = [mul(g_hout, sub(h, n)), sub(g_hout, g_h)]  # dHout (H - n), dHout (1 - z)
-    if g_gates is not None:
-        pieces = apply(split, (g_gates,), {"num": 3, "sections": (), "axis": axis})
-        activated = [p if a is None else a + p for a, p in zip(activated, pieces)]
-    g_n = None if activated[2] is None else apply(tanh_grad, (n, activated[2]), NO_ATTRS)
-    g_ghn_total = g_ghn
+        g_z = mul(g_hout, sub(h, n))
+        g_n = _plus(g_n, sub(g_hout, g_h))  # dHout (1 - z)
+    if g_rz is not None:
+        piece_r, piece_z = apply(split, (g_rz,), halves)
+        g_r, g_z = _plus(g_r, piece_r), _plus(g_z, piece_z)
     if g_n is not None:
-        from_n = mul(g_n, r)
-        g_ghn_total = from_n if g_ghn_total is None else g_ghn_total + from_n
-        from_n = mul(g_n, ghn)
-        activated[0] = from_n if activated[0] is None else activated[0] + from_n
+        g_n = apply(tanh_grad, (n, g_n), NO_ATTRS)  # now the gradient of n's argument
+        g_ghn = _plus(g_ghn, mul(g_n, r))
+        g_r = _plus(g_r, mul(g_n, ghn))
     g_r, g_z = (
-        apply(fill_zeros_like, (out,), NO_ATTRS)
-        if grad is None
-        else apply(sigmoid_grad, (out, grad), NO_ATTRS)
-        for out, grad in zip((r, z), activated[:2])
+        _or_zeros(None if grad is None else apply(sigmoid_grad, (out, grad), NO_ATTRS), out)
+        for out, grad in ((r, g_r), (z, g_z))
     )
-    g_n = apply(fill_zeros_like, (n,), NO_ATTRS) if g_n is None else g_n
-    if g_ghn_total is None:
-        g_ghn_total = apply(fill_zeros_like, (ghn,), NO_ATTRS)
+    g_n, g_ghn = _or_zeros(g_n, n), _or_zeros(g_ghn, ghn)
     g_gi = apply(concat, ([g_r, g_z, g_n],), {"axis": axis})
-    g_gh = apply(concat, ([g_r, g_z, g_ghn_total],), {"axis": axis})
+    g_gh = apply(concat, ([g_r, g_z, g_ghn],), {"axis": axis})
     return g_gi, g_gh, g_h
 
 
-def _infer_gru_grad(attrs, gates, ghn, h, g_hout):
-    check_float([("Gates", gates), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)])
-    check_gate_axis("Gates", gates, GRU_GATES)
-    for slot, var in (("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)):
-        check_state(slot, var, "Gates", gates, GRU_GATES)
-    gates_desc = (tuple(gates.shape), gates.dtype)
+def _plus(x, y):
+    """x + y where either may be None (no gradient)."""
+    return y if x is None else x if y is None else x + y
+
+
+def _or_zeros(grad, like):
+    """``grad``, or zeros shaped like ``like`` where no gradient came (concat needs a piece)."""
+    return apply(fill_zeros_like, (like,), NO_ATTRS) if grad is None else grad
+
+
+def _infer_gru_grad(attrs, rz, n, ghn, h, g_hout):
+    check_float([("RZ", rz), ("N", n), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)])
+    check_gate_axis("RZ", rz, RZ_GATES)
+    for slot, var in (("N", n), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)):
+        check_state(slot, var, "RZ", rz, RZ_GATES)
+    gates_desc = (tuple(h.shape[:-1]) + (3 * h.shape[-1],), h.dtype)
     return gates_desc, gates_desc, (tuple(h.shape), h.dtype)
 
 
 @register(
     "gru_cell_grad",
-    inputs=("Gates", "Ghn", "H", "Hout@GRAD"),
+    inputs=("RZ", "N", "Ghn", "H", "Hout@GRAD"),
     outputs=("Gi@GRAD", "Gh@GRAD", "H@GRAD"),
     infer=_infer_gru_grad,
     differentiable=False,
 )
-def gru_cell_grad(xp, attrs, gates, ghn, h, g_hout):
-    """gru_cell's gradient from its saved Gates [r, z, n] and Ghn and its input H. With
+def gru_cell_grad(xp, attrs, rz, n, ghn, h, g_hout):
+    """gru_cell's gradient from its saved RZ = [r, z], N = n and Ghn and its input H. With
     dn' = Hout@GRAD (1 - z) (1 - n^2):
 
         Gi@GRAD = [dn' Ghn r (1 - r), Hout@GRAD (H - n) z (1 - z), dn']
@@ -177,23 +188,24 @@ def gru_cell_grad(xp, attrs, gates, ghn, h, g_hout):
     registered ops instead (see gru_cell).
     """
     hidden = h.shape[-1]
-    rz, split_at = slice(0, 2 * hidden), 2 * hidden
-    r, z, n = gates[..., :hidden], gates[..., hidden:split_at], gates[..., split_at:]
-    g_gi, g_gh = xp.empty(gates.shape, gates.dtype), xp.empty(gates.shape, gates.dtype)
-    gi_r, gi_z, gi_n = g_gi[..., :hidden], g_gi[..., hidden:split_at], g_gi[..., split_at:]
-    gh_n = g_gh[..., split_at:]  # a scratch buffer until its value, dn' r, is written last
-    xp.subtract(1.0, gates[..., rz], out=g_gi[..., rz])
-    g_gi[..., rz] *= gates[..., rz]  # sigmoid' = s (1 - s) for r and z in one pass
-    xp.subtract(h, n, out=gh_n)
-    gh_n *= g_hout
-    gi_z *= gh_n
+    two = 2 * hidden
+    r, z = rz[..., :hidden], rz[..., hidden:]
+    g_gi = xp.empty(h.shape[:-1] + (3 * hidden,), h.dtype)
+    g_gh = xp.empty(g_gi.shape, h.dtype)
     g_h = xp.multiply(g_hout, z)
-    xp.subtract(g_hout, g_h, out=gi_n)
-    xp.multiply(n, n, out=gh_n)
-    xp.subtract(1.0, gh_n, out=gh_n)
-    gi_n *= gh_n  # tanh' = 1 - n^2
-    gi_r *= ghn
-    gi_r *= gi_n
-    g_gh[..., rz] = g_gi[..., rz]
-    xp.multiply(gi_n, r, out=gh_n)
+    g_n = xp.subtract(g_hout, g_h)
+    scratch = xp.multiply(n, n)
+    xp.subtract(1.0, scratch, out=scratch)
+    g_n *= scratch  # tanh' = 1 - n^2
+    slope = xp.subtract(1.0, rz)
+    slope *= rz  # sigmoid' = s (1 - s) for r and z in one pass
+    # The last product of each gate block is written straight into its strided place.
+    xp.multiply(g_n, ghn, out=scratch)
+    xp.multiply(scratch, slope[..., :hidden], out=g_gi[..., :hidden])
+    xp.subtract(h, n, out=scratch)
+    scratch *= g_hout
+    xp.multiply(scratch, slope[..., hidden:], out=g_gi[..., hidden:two])
+    g_gi[..., two:] = g_n
+    g_gh[..., :two] = g_gi[..., :two]
+    xp.multiply(g_n, r, out=g_gh[..., two:])
     return g_gi, g_gh, g_h

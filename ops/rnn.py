@@ -62,7 +62,7 @@ def check_float(slots):
 
 
 LSTM_GATES = ("i", "f", "g", "o")
-_FRACTION = {3: "a third", 4: "a quarter"}
+_FRACTION = {2: "half", 3: "a third", 4: "a quarter"}
 
 
 def check_state(slot, var, gates_slot, gates, names=LSTM_GATES):

@@ -71,13 +71,13 @@ def _grad_case(name, lead, hidden, with_hout=True, with_cout=True):
 
 
 def gru_cell_reference(gi, gh, h, bias_ih=None, bias_hh=None):
-    """(Hout, Gates, Ghn) of one GRU step, written out gate by gate."""
+    """(Hout, RZ, N, Ghn) of one GRU step, written out gate by gate."""
     gi = gi if bias_ih is None else gi + bias_ih
     gh = gh if bias_hh is None else gh + bias_hh
     (i_r, i_z, i_n), (h_r, h_z, h_n) = np.split(gi, 3, axis=-1), np.split(gh, 3, axis=-1)
     r, z = _sigmoid(i_r + h_r), _sigmoid(i_z + h_z)  # PyTorch's gate order
     n = np.tanh(i_n + r * h_n)
-    return (1 - z) * n + z * h, np.concatenate([r, z, n], axis=-1), h_n
+    return (1 - z) * n + z * h, np.concatenate([r, z], axis=-1), n, h_n
 
 
 def gru_cell_returned(*inputs):
@@ -85,9 +85,9 @@ def gru_cell_returned(*inputs):
     return gru_cell_reference(*inputs)[0]
 
 
-def gru_cell_grad_reference(gates, ghn, h, g_hout):
+def gru_cell_grad_reference(rz, n, ghn, h, g_hout):
     """(dGi, dGh, dH) by the chain rule through n = tanh(Gi_n + r Ghn), Hout = (1 - z) n + z H."""
-    r, z, n = np.split(gates, 3, axis=-1)
+    r, z = np.split(rz, 2, axis=-1)
     g_n = g_hout * (1 - z) * (1 - n**2)
     g_r, g_z = g_n * ghn * r * (1 - r), g_hout * (h - n) * z * (1 - z)
     return (
@@ -98,12 +98,12 @@ def gru_cell_grad_reference(gates, ghn, h, g_hout):
 
 
 def _gru_grad_case(name, lead, hidden):
-    """Gates, Ghn, H of a real forward step (so Gates lie in the activations' ranges)."""
+    """RZ, N, Ghn, H of a real forward step (so the gates lie in the activations' ranges)."""
     rng = np.random.default_rng(6)
     shape = lead + (3 * hidden,)
     h = rng.standard_normal(lead + (hidden,))
-    _, gates, ghn = gru_cell_reference(rng.standard_normal(shape), rng.standard_normal(shape), h)
-    inputs = {"Gates": gates, "Ghn": ghn, "H": h, "Hout@GRAD": lead + (hidden,)}
+    _, rz, n, ghn = gru_cell_reference(rng.standard_normal(shape), rng.standard_normal(shape), h)
+    inputs = {"RZ": rz, "N": n, "Ghn": ghn, "H": h, "Hout@GRAD": lead + (hidden,)}
     return OpCase("gru_cell_grad", inputs, reference=gru_cell_grad_reference, grad=False, name=name)
 
 

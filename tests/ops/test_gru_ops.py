@@ -60,10 +60,10 @@ def test_the_projections_gradients_differ_only_in_the_n_block():
     tape.reset_global_tape()
     inputs = _inputs()
     h = ops.gru_cell(*inputs)
-    gates = tape.get_global_tape().ops[-1].results[1].numpy()
+    rz = tape.get_global_tape().ops[-1].results[1].numpy()
     g_gi, g_gh, _, g_bih, g_bhh = (g.numpy() for g in tape.grad(_loss(h), inputs))
     np.testing.assert_array_equal(g_gh[:, :6], g_gi[:, :6])  # r and z: the same sums
-    np.testing.assert_allclose(g_gh[:, 6:], g_gi[:, 6:] * gates[:, :3], rtol=1e-12)  # dn' r
+    np.testing.assert_allclose(g_gh[:, 6:], g_gi[:, 6:] * rz[:, :3], rtol=1e-12)  # dn' r
     np.testing.assert_allclose(g_bih, g_gi.sum(axis=0), rtol=1e-12)
     np.testing.assert_allclose(g_bhh, g_gh.sum(axis=0), rtol=1e-12)
 
@@ -72,9 +72,9 @@ def test_the_hidden_outputs_are_the_activated_gates_and_the_hidden_n_projection(
     tape.reset_global_tape()
     inputs = _inputs()
     hout = ops.gru_cell(*inputs)
-    _, gates, ghn = tape.get_global_tape().ops[-1].results  # not returned, a loss could read them
+    _, rz, n, ghn = tape.get_global_tape().ops[-1].results  # not returned; a loss could read them
     expected = gru_cell_reference(*(v.numpy() for v in inputs))
-    for got, want in zip((hout, gates, ghn), expected, strict=True):
+    for got, want in zip((hout, rz, n, ghn), expected, strict=True):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
 
 
@@ -82,18 +82,28 @@ def test_gradients_of_the_hidden_outputs_reach_the_projections():
     tape.reset_global_tape()
     gi, gh, h, bias_ih, bias_hh = _inputs()
     ops.gru_cell(gi, gh, h, bias_ih, bias_hh)
-    _, gates, ghn = tape.get_global_tape().ops[-1].results
-    weight, weight_n = RNG.standard_normal(gates.shape), RNG.standard_normal(ghn.shape)
-    loss = (gates * weight).sum() + (ghn * weight_n).sum()
+    _, rz, n, ghn = tape.get_global_tape().ops[-1].results
+    w_r, w_z, w_n, w_ghn = (RNG.standard_normal(h.shape) for _ in range(4))
+    loss = (rz * np.hstack([w_r, w_z])).sum() + (n * w_n).sum() + (ghn * w_ghn).sum()
     g_gi, g_gh = tape.grad(loss, [gi, gh])
-    r, z, n = np.split(gates.numpy(), 3, axis=-1)
-    w_r, w_z, w_n = np.split(weight, 3, axis=-1)
+    (r, z), n = np.split(rz.numpy(), 2, axis=-1), n.numpy()
     g_n = w_n * (1 - n**2)  # n = tanh(Gi_n + b_in + r * Ghn)
-    g_r = (w_r + g_n * ghn.numpy()) * r * (1 - r)
-    np.testing.assert_allclose(g_gi.numpy(), np.hstack([g_r, w_z * z * (1 - z), g_n]), rtol=1e-12)
-    np.testing.assert_allclose(
-        g_gh.numpy(), np.hstack([g_r, w_z * z * (1 - z), weight_n + g_n * r]), rtol=1e-12
-    )
+    g_r, g_z = (w_r + g_n * ghn.numpy()) * r * (1 - r), w_z * z * (1 - z)
+    np.testing.assert_allclose(g_gi.numpy(), np.hstack([g_r, g_z, g_n]), rtol=1e-12)
+    np.testing.assert_allclose(g_gh.numpy(), np.hstack([g_r, g_z, w_ghn + g_n * r]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("hidden_output", [1, 2, 3])
+def test_a_gradient_reaching_one_hidden_output_only_is_composed(hidden_output):
+    """Without Hout's gradient the fused op does not apply; the composed one fills zeros."""
+    tape.reset_global_tape()
+    inputs = _inputs()
+    ops.gru_cell(*inputs)
+    out = tape.get_global_tape().ops[-1].results[hidden_output]
+    grads = tape.grad(out.sum(), inputs[:3])
+    assert "gru_cell_grad" not in [op.type for op in tape.get_global_tape().ops]
+    assert grads[2] is None  # H reaches the hidden outputs only through Hout
+    assert all(np.all(np.isfinite(g.numpy())) for g in grads[:2])
 
 
 def test_float32_stays_float32_forward_and_backward():
@@ -170,12 +180,13 @@ def test_bad_dtypes_name_the_slot():
 
 
 def test_the_gradient_op_checks_its_inputs_too():
-    gates, ghn, h, g_hout = _variables((2, 6), (2, 2), (2, 2), (2, 3))
+    rz, n, ghn, h, g_hout = _variables((2, 4), (2, 2), (2, 2), (2, 2), (2, 3))
     with pytest.raises(
         ValueError,
-        match=r"op 'gru_cell_grad'.*: the last axis of Hout@GRAD must be a third of Gates's",
+        match=r"op 'gru_cell_grad'.*: the last axis of Hout@GRAD must be half of RZ's "
+        r"\(one value per gate r, z\)",
     ):
-        ops.gru_cell_grad(gates, ghn, h, g_hout)
+        ops.gru_cell_grad(rz, n, ghn, h, g_hout)
 
 
 def test_the_gradient_reference_is_the_forward_references_derivative():
@@ -186,8 +197,8 @@ def test_the_gradient_reference_is_the_forward_references_derivative():
     def objective(gi, gh, h):
         return np.sum(g_hout * gru_cell_reference(gi, gh, h)[0])
 
-    _, gates, ghn = gru_cell_reference(gi, gh, h)
-    expected = gru_cell_grad_reference(gates, ghn, h, g_hout)
+    _, rz, n, ghn = gru_cell_reference(gi, gh, h)
+    expected = gru_cell_grad_reference(rz, n, ghn, h, g_hout)
     eps, arrays = 1e-6, [gi, gh, h]
     for k, got in enumerate(expected):
         numeric = []
