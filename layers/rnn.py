@@ -4,7 +4,7 @@ Parameters follow PyTorch (``weight_ih`` (G*H, input_size), ``weight_hh`` (G*H, 
 and ``bias_hh`` (G*H,), gate blocks stacked along the first axis), so a PyTorch state dict loads
 as it is. A step computes all gates with one matmul per input; few ops per step is what an
 unrolled Python loop pays for. An LSTM step is then one fused ``lstm_cell`` op (biases, gates
-and state update, and one fused gradient op); a GRU step cuts the gates apart with ``split``.
+and state update, and one fused gradient op), a GRU step one fused ``gru_cell`` op.
 """
 
 from __future__ import annotations
@@ -20,15 +20,9 @@ from tape.tape import apply
 from tape.variable import Variable
 
 _MATMUL = REGISTRY["matmul"]
-_ADD = REGISTRY["elementwise_add"]
-_SUB = REGISTRY["elementwise_sub"]
-_MUL = REGISTRY["elementwise_mul"]
-_SPLIT = REGISTRY["split"]
-_SIGMOID = REGISTRY["sigmoid"]
-_TANH = REGISTRY["tanh"]
 _LSTM = REGISTRY["lstm_cell"]
+_GRU = REGISTRY["gru_cell"]
 _TRANSPOSE_Y = _MATMUL.check_attrs({"transpose_y": True})
-_NUMPY = _ADD.check_attrs({"axis": -1})
 _NO_ATTRS = {}
 
 
@@ -54,15 +48,12 @@ class _Cell(Function):
         if bias:
             self.bias_ih = self.create_parameter((width,), uniform, dtype, name="bias_ih")
             self.bias_hh = self.create_parameter((width,), uniform, dtype, name="bias_hh")
-        self._split = _SPLIT.check_attrs({"num": self.gates, "axis": -1})
 
     def _projections(self, x, h):
-        """(x @ weight_ih^T + bias_ih, h @ weight_hh^T + bias_hh)."""
+        """(x @ weight_ih^T, h @ weight_hh^T): two matmuls, kept apart so that a scheduler can
+        batch the input projections of all steps; the biases go to the fused cell op."""
         gi = apply(_MATMUL, (x, self.weight_ih), _TRANSPOSE_Y)
         gh = apply(_MATMUL, (h, self.weight_hh), _TRANSPOSE_Y)
-        if self.bias_ih is not None:
-            gi = apply(_ADD, (gi, self.bias_ih), _NUMPY)
-            gh = apply(_ADD, (gh, self.bias_hh), _NUMPY)
         return gi, gh
 
     def _check_input(self, x):
@@ -145,7 +136,10 @@ class GRUCell(_Cell):
         r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
         z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
         n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
-        h' = (1 - z) * n + z * h  =  n + z * (h - n)
+        h' = (1 - z) * n + z * h
+
+    A step records three ops: the two projections and one ``gru_cell`` for the rest (which
+    needs ``W_hn h + b_hn`` apart from the input projection, so the two are not summed first).
 
     >>> import numpy as np, tape, layers
     >>> cell = layers.GRUCell(3, 5)
@@ -162,12 +156,7 @@ class GRUCell(_Cell):
         else:
             self._check_state(x, h, "h")
         gi, gh = self._projections(x, h)
-        i_r, i_z, i_n = apply(_SPLIT, (gi,), self._split)
-        h_r, h_z, h_n = apply(_SPLIT, (gh,), self._split)
-        r = apply(_SIGMOID, (apply(_ADD, (i_r, h_r), _NUMPY),), {})
-        z = apply(_SIGMOID, (apply(_ADD, (i_z, h_z), _NUMPY),), {})
-        n = apply(_TANH, (apply(_ADD, (i_n, apply(_MUL, (r, h_n), _NUMPY)), _NUMPY),), {})
-        return apply(_ADD, (n, apply(_MUL, (z, apply(_SUB, (h, n), _NUMPY)), _NUMPY)), _NUMPY)
+        return apply(_GRU, (gi, gh, h, self.bias_ih, self.bias_hh), _NO_ATTRS)
 
 
 __all__ = ["LSTMCell", "GRUCell"]

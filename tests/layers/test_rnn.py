@@ -103,12 +103,31 @@ def test_cells_without_bias_have_only_weights():
     )
 
 
+def test_a_gru_without_bias_follows_the_equations_without_bias():
+    cell = layers.GRUCell(3, 4, bias=False, dtype="float64")
+    assert [name for name, _ in cell.named_params()] == ["weight_ih", "weight_hh"]
+    x, h = RNG.standard_normal(3), RNG.standard_normal(4)
+    gi, gh = cell.weight_ih.numpy() @ x, cell.weight_hh.numpy() @ h
+    r, z = _sigmoid(gi[:4] + gh[:4]), _sigmoid(gi[4:8] + gh[4:8])
+    n = np.tanh(gi[8:] + r * gh[8:])
+    out = cell(tape.Variable(x), tape.Variable(h))
+    np.testing.assert_allclose(out.numpy(), (1 - z) * n + z * h, rtol=1e-12)
+
+
 def test_an_lstm_step_is_two_projections_and_one_fused_cell_op():
     cell = layers.LSTMCell(3, 4)
     x = tape.Variable(np.ones((2, 3), np.float32))
     tape.reset_global_tape()
     cell(x)
     assert [op.type for op in tape.get_global_tape().ops] == ["matmul", "matmul", "lstm_cell"]
+
+
+def test_a_gru_step_is_two_projections_and_one_fused_cell_op():
+    cell = layers.GRUCell(3, 4)
+    x = tape.Variable(np.ones((2, 3), np.float32))
+    tape.reset_global_tape()
+    cell(x)
+    assert [op.type for op in tape.get_global_tape().ops] == ["matmul", "matmul", "gru_cell"]
 
 
 def test_lstm_gradients_match_finite_differences():
