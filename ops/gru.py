@@ -19,9 +19,14 @@ from ops.compose import NO_ATTRS, mul, sub
 from ops.fill import fill_zeros_like
 from ops.reduce import sum_to
 from ops.registry import register
-from ops.rnn import check_float, check_gate_axis, check_state, sigmoid_in_place
+from ops.rnn import (
+    check_cell_inputs,
+    check_float,
+    check_gate_axis,
+    check_state,
+    sigmoid_in_place,
+)
 from ops.shape import concat, split
-from tape.errors import ShapeError
 from tape.tape import apply, state
 
 GRU_GATES = ("r", "z", "n")
@@ -29,24 +34,7 @@ RZ_GATES = ("r", "z")
 
 
 def _infer_gru(attrs, gi, gh, h, bias_ih, bias_hh):
-    check_float([("Gi", gi), ("Gh", gh), ("H", h), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
-    if tuple(gi.shape) != tuple(gh.shape):
-        raise ShapeError(
-            None,
-            "Gi and Gh must have the same shape",
-            expected="Gi.shape == Gh.shape",
-            actual=f"Gi.shape={gi.shape}, Gh.shape={gh.shape}",
-        )
-    check_gate_axis("Gi", gi, GRU_GATES)
-    check_state("H", h, "Gi", gi, GRU_GATES)
-    for slot, bias in (("BiasIh", bias_ih), ("BiasHh", bias_hh)):
-        if bias is not None and tuple(bias.shape) != (gi.shape[-1],):
-            raise ShapeError(
-                None,
-                f"{slot} must hold one value per gate unit",
-                expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
-                actual=f"{slot}.shape={bias.shape}",
-            )
+    check_cell_inputs(gi, gh, "H", h, bias_ih, bias_hh, GRU_GATES)
     state_desc = (tuple(h.shape), gi.dtype)
     return state_desc, (tuple(h.shape[:-1]) + (2 * h.shape[-1],), gi.dtype), state_desc, state_desc
 

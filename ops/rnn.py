@@ -97,8 +97,12 @@ def check_gate_axis(slot, gates, names=LSTM_GATES):
         )
 
 
-def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
-    check_float([("Gi", gi), ("Gh", gh), ("C", c), ("BiasIh", bias_ih), ("BiasHh", bias_hh)])
+def check_cell_inputs(gi, gh, state_slot, state, bias_ih, bias_hh, names=LSTM_GATES):
+    """The checks a fused cell's inputs share: float inputs of one dtype, projections Gi and Gh
+    of one shape (..., G*H), a state (..., H) and biases (G*H,) where given."""
+    check_float(
+        [("Gi", gi), ("Gh", gh), (state_slot, state), ("BiasIh", bias_ih), ("BiasHh", bias_hh)]
+    )
     if tuple(gi.shape) != tuple(gh.shape):
         raise ShapeError(
             None,
@@ -106,8 +110,8 @@ def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
             expected="Gi.shape == Gh.shape",
             actual=f"Gi.shape={gi.shape}, Gh.shape={gh.shape}",
         )
-    check_gate_axis("Gi", gi)
-    check_state("C", c, "Gi", gi)
+    check_gate_axis("Gi", gi, names)
+    check_state(state_slot, state, "Gi", gi, names)
     for slot, bias in (("BiasIh", bias_ih), ("BiasHh", bias_hh)):
         if bias is not None and tuple(bias.shape) != (gi.shape[-1],):
             raise ShapeError(
@@ -116,6 +120,10 @@ def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
                 expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
                 actual=f"{slot}.shape={bias.shape}",
             )
+
+
+def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
+    check_cell_inputs(gi, gh, "C", c, bias_ih, bias_hh)
     state_desc = (tuple(c.shape), gi.dtype)
     return state_desc, state_desc, (tuple(gi.shape), gi.dtype)
 
