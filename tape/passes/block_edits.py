@@ -14,24 +14,22 @@ from tape.passes.dependencies import ordered_kind, written_names
 
 
 def remove_dead(block, keep=()) -> Block:
-    """Drops pure ops none of whose results is read or kept (what a rewrite left unused)."""
-    keep = set(keep) | {n for n, v in block.vars.items() if v.persistable}
-    ops = list(block.ops)
-    while True:
-        read = {name for op in ops for name in op.input_names()}
-        alive = [
-            op
-            for op in ops
-            if op.is_target
+    """Drops pure ops none of whose results is read or kept (what a rewrite left unused): one
+    reverse pass, as every reader of a result comes after the op writing it."""
+    needed = set(keep) | {n for n, v in block.vars.items() if v.persistable}
+    alive = []
+    for op in reversed(block.ops):
+        if (
+            op.is_target
             or ordered_kind(REGISTRY[op.type])
-            or any(name in read or name in keep for name in op.output_names())
-        ]
-        if len(alive) == len(ops):
-            break
-        ops = alive
-    used = {name for op in ops for name in op.input_names() + op.output_names()}
+            or any(name in needed for name in op.output_names())
+        ):
+            alive.append(op)
+            needed.update(op.input_names())
+    alive.reverse()
+    used = {name for op in alive for name in op.input_names() + op.output_names()}
     variables = {n: v for n, v in block.vars.items() if n in used or n in keep}
-    return Block(variables, ops, block.idx)
+    return Block(variables, alive, block.idx)
 
 
 @dataclasses.dataclass
