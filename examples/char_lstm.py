@@ -98,11 +98,12 @@ def train(model, data, valid, args, rng):
         length = int(rng.integers(args.min_len, args.max_len + 1))
         inputs, targets = sample_batch(data, args.batch_size, length, rng)
         model.train()
-        tape.reset_global_tape()
-        loss = sequence_loss(model, loss_fn, inputs, targets)
-        tape.backward(loss)
-        optimizer(model.params())
-        losses.append(float(loss.value()))
+        with tape.lazy(args.lazy):  # lazy: the step runs as one scheduled plan at .value()
+            tape.reset_global_tape()
+            loss = sequence_loss(model, loss_fn, inputs, targets)
+            tape.backward(loss)
+            optimizer(model.params())
+            losses.append(float(loss.value()))
         if (step + 1) % args.eval_every == 0 or step == args.steps - 1:
             valid_losses.append((step + 1, evaluate(model, valid)))
             bar.set_postfix(
@@ -167,6 +168,11 @@ def parse_args(argv=None):
         type=int,
         default=1,
         help="BLAS threads (more only helps much larger matrices)",
+    )
+    parser.add_argument(
+        "--lazy",
+        action="store_true",
+        help="train in lazy mode: each step is one cached plan (one per sequence length)",
     )
     parser.add_argument("--quick", action="store_true", help="a few tiny steps (smoke test)")
     args = parser.parse_args(argv)

@@ -59,6 +59,16 @@ def test_char_lstm_quick_trains_on_varying_lengths_and_samples():
     assert set(sample) <= set(char_lstm.load_text())
 
 
+def test_char_lstm_trains_the_same_in_lazy_mode():
+    """Dropout, clipping, Adam and a new sequence length per step, run as scheduled plans: the
+    same losses as eager mode within the rounding of batched products."""
+    char_lstm = load_example("char_lstm")
+    eager = char_lstm.main(["--quick", "--prompt", "Alice "])
+    lazy = char_lstm.main(["--quick", "--prompt", "Alice ", "--lazy"])
+    np.testing.assert_allclose(lazy["losses"], eager["losses"], rtol=1e-5)
+    np.testing.assert_allclose(lazy["valid_loss"], eager["valid_loss"], rtol=1e-5)
+
+
 def test_char_lstm_unrolls_as_many_steps_as_the_batch_is_long():
     char_lstm = load_example("char_lstm")
     model = char_lstm.CharLSTM(vocab_size=7, embed_dim=4, hidden_size=5)
