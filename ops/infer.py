@@ -114,3 +114,27 @@ def same_as_gradient(attrs, forward, gout):
             actual=str(gout.shape),
         )
     return gout.shape, gout.dtype
+
+
+def check_list_inputs(xs, axis_of=None, what=""):
+    """The checks of a list input X (sum, concat, stack): non-empty, one dtype, equal shapes
+    except along ``axis_of`` (``what`` says so in the message)."""
+    if not xs:
+        raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
+    first = xs[0]
+    for i, x in enumerate(xs[1:], 1):
+        if x.dtype != first.dtype:
+            raise DTypeError(
+                None,
+                "all inputs X must have the same dtype",
+                expected=str(first.dtype),
+                actual=f"X[{i}].dtype == {x.dtype}",
+            )
+        off_axis = [k for k in range(len(first.shape)) if k != axis_of]
+        if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
+            raise ShapeError(
+                None,
+                f"inputs X must have equal shapes{what}",
+                expected=f"X[{i}].shape like X[0].shape == {first.shape}",
+                actual=f"X[{i}].shape == {x.shape}",
+            )

@@ -9,32 +9,15 @@ import math
 import numpy as np
 
 from ops.compose import NUMPY_AXIS
-from ops.infer import normalize_axes, require_float
+from ops.infer import check_list_inputs, normalize_axes, require_float
 from ops.registry import REGISTRY, Attr, register
-from tape.errors import DTypeError, ShapeError
+from tape.errors import ShapeError
 from tape.tape import apply
 
 
 def _infer_sum(attrs, xs):
-    if not xs:
-        raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
-    first = xs[0]
-    for i, x in enumerate(xs[1:], 1):
-        if x.shape != first.shape:
-            raise ShapeError(
-                None,
-                "all inputs X must have the same shape",
-                expected=f"X[{i}].shape == X[0].shape == {first.shape}",
-                actual=str(x.shape),
-            )
-        if x.dtype != first.dtype:
-            raise DTypeError(
-                None,
-                "all inputs X must have the same dtype",
-                expected=str(first.dtype),
-                actual=f"X[{i}].dtype == {x.dtype}",
-            )
-    return first.shape, first.dtype
+    check_list_inputs(xs)
+    return xs[0].shape, xs[0].dtype
 
 
 @register("sum", inputs=("X*",), infer=_infer_sum, elementwise=True, no_need_buffer=("X",))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from ops.infer import normalize_axes, normalize_axis
+from ops.infer import check_list_inputs, normalize_axes, normalize_axis
 from ops.registry import Attr, register
-from tape.errors import AttrError, DTypeError, ShapeError
+from tape.errors import AttrError, ShapeError
 from tape.tape import apply
 
 
@@ -192,29 +192,6 @@ def _(g):
     return (apply(reshape, (g.gouts[0],), {"shape": g.inputs[0].shape}),)
 
 
-def _check_list(xs, axis_of, what):
-    """Shared checks of concat/stack inputs: non-empty, one dtype, shapes equal off ``axis_of``."""
-    if not xs:
-        raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
-    first = xs[0]
-    for i, x in enumerate(xs[1:], 1):
-        if x.dtype != first.dtype:
-            raise DTypeError(
-                None,
-                "all inputs X must have the same dtype",
-                expected=str(first.dtype),
-                actual=f"X[{i}].dtype == {x.dtype}",
-            )
-        off_axis = [k for k in range(len(first.shape)) if k != axis_of]
-        if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
-            raise ShapeError(
-                None,
-                f"inputs X must have equal shapes{what}",
-                expected=f"X[{i}].shape like X[0].shape == {first.shape}",
-                actual=f"X[{i}].shape == {x.shape}",
-            )
-
-
 def _infer_concat(attrs, xs):
     if xs and not xs[0].shape:
         raise ShapeError(
@@ -224,7 +201,7 @@ def _infer_concat(attrs, xs):
             actual="X[0].shape == ()",
         )
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape)) if xs else 0
-    _check_list(xs, axis, f" except along axis {axis}")
+    check_list_inputs(xs, axis, f" except along axis {axis}")
     shape = list(xs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
     return tuple(shape), xs[0].dtype
@@ -251,7 +228,7 @@ def _(g):
 
 
 def _infer_stack(attrs, xs):
-    _check_list(xs, None, "")
+    check_list_inputs(xs)
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape) + 1)
     shape = list(xs[0].shape)
     shape.insert(axis, len(xs))
