@@ -23,6 +23,7 @@ from tape.errors import (  # noqa: F401  (the public error types)
     GraphError,
     IndexingError,
     InputError,
+    MutationError,
     ShapeError,
 )
 from tape.executor import Executor, load_inference_program, save_inference_program
@@ -80,6 +81,7 @@ __all__ = [
     "InputError",
     "GraphError",
     "ExecutionError",
+    "MutationError",
     "save",
     "load",
     "lazy",

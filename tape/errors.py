@@ -127,3 +127,7 @@ class GraphError(FluidError, RuntimeError):
 
 class ExecutionError(FluidError, RuntimeError):
     """A kernel failed while running; the original exception is chained as its cause."""
+
+
+class MutationError(GraphError):
+    """A Variable an op saved for backward was given a new value before that backward."""
