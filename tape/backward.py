@@ -144,6 +144,8 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
                 _run_grad_maker(op, gouts, pending)
             if drop:
                 ops[index] = None
+        if drop:
+            tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
         for item in pending.values():
             var, g = item[0], _total(item)
             if wanted is not None and id(var) in wanted:

@@ -257,6 +257,7 @@ def _commit(tape, scan, entry, compiled, vals):
     updated = [variables[s] for s in entry.updated_slots]
     if updated:
         guard.note_writes(updated, "an in-place update (a lazy run)")
+    tape.compact()
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):

@@ -8,6 +8,7 @@ is forgotten, so its buffers are freed as soon as the user drops them.
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 import numpy as np
@@ -26,10 +27,14 @@ class Tape:
 
     Args:
         lazy: record and infer shapes only; values are computed on demand by the scheduler.
-        record_all: keep every op, even those no gradient flows through (for building Programs).
+        record_all: keep every op, even those no gradient flows through and those that ran (for
+            building Programs). Otherwise ops leave the tape once nothing can need them (their
+            gradient ran, or they have none, and they ran), so a loop that never resets the
+            tape stays flat in memory and time.
     """
 
     def __init__(self, lazy=False, record_all=False):
+        self.keep_history = bool(record_all)
         self._ops = []
         self._pending_ops = []  # ops recorded lazily that have not run yet (tape.lazy runs them)
         self._structure = None  # tape.structure's numbering of the ops, extended by lazy runs
@@ -104,9 +109,43 @@ class Tape:
     def reset(self):
         self._ops, self._structure, self._written = [], None, {}
 
+    def compact(self, keep=None):
+        """Removes dropped ops (and, for a lazy tape, the ops that ran and that no backward can
+        reach any more) and numbers the rest afresh. ``keep(op)`` overrides the rule."""
+        if self.keep_history:
+            return
+        ops = self._ops
+        if keep is None:
+            pending = {id(op) for op in self._pending_ops}
+            kept = [op for op in ops if op is not None and (id(op) in pending or needed(op))]
+        else:
+            kept = [op for op in ops if op is not None and keep(op)]
+        if len(kept) == len(ops):
+            return
+        old = [op.index for op in kept]
+        for index, op in enumerate(kept):
+            op.index = index
+        self._ops, self._structure = kept, None
+        if self._written:  # an entry counts the ops recorded before a write
+            self._written = {
+                key: (bisect.bisect_left(old, count),) + entry[1:]
+                for key, entry in self._written.items()
+                for count in (entry[0],)
+            }
+
     def __repr__(self):
         mode = "lazy" if self.lazy else "eager"
         return f"Tape({mode}, {len(self.ops)} ops)"
+
+
+def needed(op):
+    """Whether a backward may still differentiate ``op`` (a differentiable op with an output
+    that requires a gradient, none of them released by an earlier backward)."""
+    defn = op.defn
+    if defn.grad_maker is None or not defn.differentiable:
+        return False
+    outputs = op.output_vars()
+    return any(v.requires_grad for v in outputs) and not any(v._released for v in outputs)
 
 
 class _ThreadState(threading.local):

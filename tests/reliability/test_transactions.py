@@ -112,7 +112,15 @@ def test_computing_the_update_in_the_gradient_buffer_changes_no_bit(name):
     _assert_same(_snapshot(params, opt), _snapshot(held, held_opt))
 
 
-def test_a_commit_is_never_cut_in_half_by_ctrl_c():
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own SIGINT handler (a background job may have started with SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_commit_is_never_cut_in_half_by_ctrl_c(ctrl_c_raises):
     a, b = tape.Variable(np.zeros(1)), tape.Variable(np.zeros(1))
     with pytest.raises(KeyboardInterrupt):
         with transaction.Step() as step:
