@@ -107,23 +107,42 @@ def sum_to(g, shape):
     return apply(sum_to_shape, (g,), {"shape": tuple(shape)})
 
 
+def reduced_shape(shape, axes, keepdim):
+    """The shape a reduction over the normalized ``axes`` leaves (1s there with ``keepdim``)."""
+    if keepdim:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def accumulated_dtype(dtype):
+    """The dtype sums and products accumulate in, as numpy (and PyTorch for signed ints): bool
+    and narrower integers widen to 64 bits; floats keep theirs."""
+    if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < 8):
+        return np.dtype(np.int64)
+    if dtype.kind == "u" and dtype.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dtype
+
+
 def _infer_reduce(attrs, x):
     axes = normalize_axes(None, attrs["axis"], len(x.shape))
-    if attrs["keepdim"]:
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    else:
-        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    return shape, x.dtype
+    return reduced_shape(x.shape, axes, attrs["keepdim"]), x.dtype
+
+
+def _infer_reduce_sum(attrs, x):
+    shape, dtype = _infer_reduce(attrs, x)
+    return shape, accumulated_dtype(dtype)
 
 
 REDUCE_ATTRS = {"axis": Attr("axes", None), "keepdim": Attr("bool", False)}
 
 
 @register(
-    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce, no_need_buffer=("X",)
+    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce_sum, no_need_buffer=("X",)
 )
 def reduce_sum(xp, attrs, x):
-    """Out = sum of X over ``axis`` (all when None).  dX = dOut broadcast back to X's shape."""
+    """Out = sum of X over ``axis`` (all when None); bool and integers narrower than 64 bits sum
+    in 64 bits, as numpy and PyTorch.  dX = dOut broadcast back to X's shape."""
     return x.sum(axis=kernel_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdim"])
 
 
