@@ -222,7 +222,8 @@ def _(g):
 def _infer_median(attrs, x):
     axis = attrs["axis"]
     if axis is None:
-        extent, shape = int(np.prod(x.shape)), (1,) * len(x.shape) if attrs["keepdim"] else ()
+        extent = int(np.prod(x.shape))
+        shape = (1,) * len(x.shape) if attrs["keepdim"] else ()
     else:
         axis = normalize_axis(None, axis, len(x.shape))
         extent = x.shape[axis] if x.shape else 1
