@@ -17,6 +17,7 @@ from tape import backward as _backward
 from tape.checkpoint import load, save
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
+    AxisError,
     DTypeError,
     ExecutionError,
     FluidError,
@@ -76,6 +77,7 @@ __all__ = [
     "blas_threads",
     "FluidError",
     "ShapeError",
+    "AxisError",
     "DTypeError",
     "AttrError",
     "InputError",

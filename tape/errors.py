@@ -105,6 +105,11 @@ class ShapeError(FluidError, ValueError):
     """Input shapes an op cannot accept."""
 
 
+class AxisError(ShapeError, IndexError):
+    """An axis outside an input's range: a ShapeError (so a ValueError) and an IndexError, as
+    numpy's AxisError is both."""
+
+
 class DTypeError(FluidError, TypeError):
     """Input dtypes an op cannot accept."""
 
