@@ -2,7 +2,7 @@
 
 Inputs stay inside each function's domain and away from its poles (tan near pi/2, asin/acos/
 atanh near +-1, acosh near 1); the edges themselves are forward-only cases, and the gradients
-there are compared with PyTorch in test_trig.py.
+there are compared with PyTorch in test_elementwise_math.py.
 """
 
 import numpy as np
