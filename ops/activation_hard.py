@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from ops.activation import _sigmoid as _sigmoid_array
 from ops.activation import relu_grad, sigmoid, sigmoid_grad
+from ops.activation_smooth import in_dtypes, infer_float_grad
+from ops.arithmetic import promote_arrays
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import mul as _mul
 from ops.compose import scale as _scale
 from ops.compose import sub as _sub
 from ops.elementwise import grad_x
 from ops.infer import normalize_axis, real_float_same, result_dtype
-from ops.infer import same_as_gradient as _infer_grad
 from ops.registry import Attr, register
 from ops.shape import concat, reshape, split
 from tape.errors import AttrError, DTypeError, ShapeError
@@ -57,7 +58,7 @@ def _(g):
     "hardtanh_grad",
     inputs=("X", "Out@GRAD"),
     attrs=_HARDTANH_ATTRS,
-    infer=_infer_grad,
+    infer=infer_float_grad,
     elementwise=True,
 )
 def hardtanh_grad(xp, attrs, x, gout):
@@ -65,12 +66,13 @@ def hardtanh_grad(xp, attrs, x, gout):
 
     Linear in Out@GRAD, piecewise constant in X: d(Out@GRAD) = hardtanh_grad(X, dX@GRAD), dX = 0.
     """
+    x, gout = promote_arrays(x, gout)
     return gout * ((x > attrs["min_val"]) & (x < attrs["max_val"]))
 
 
 @hardtanh_grad.gradient
 def _(g):
-    return None, apply(hardtanh_grad, (g.inputs[0], g.gouts[0]), g.attrs)
+    return in_dtypes(g, None, apply(hardtanh_grad, (g.inputs[0], g.gouts[0]), g.attrs))
 
 
 @register("relu6", inputs=("X",), infer=real_float_same, elementwise=True)
@@ -110,13 +112,14 @@ def _(g):
     return (apply(hardswish_grad, (g.inputs[0], g.gouts[0]), _NO_ATTRS),)
 
 
-@register("hardswish_grad", inputs=("X", "Out@GRAD"), infer=_infer_grad, elementwise=True)
+@register("hardswish_grad", inputs=("X", "Out@GRAD"), infer=infer_float_grad, elementwise=True)
 def hardswish_grad(xp, attrs, x, gout):
     """X@GRAD = 0 where X <= -3, Out@GRAD (X / 3 + 1/2) where -3 < X < 3, Out@GRAD where X >= 3.
 
     d(Out@GRAD) = hardswish_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD / 3 where -3 < X < 3,
     else 0 (PyTorch's double backward).
     """
+    x, gout = promote_arrays(x, gout)
     slope = xp.where(x < 3.0, x * (1.0 / 3.0) + 0.5, 1.0)
     return xp.where(x <= -3.0, 0.0, gout * slope)
 
@@ -130,7 +133,7 @@ def _(g):
         gx = _scale(apply(hardtanh_grad, (x, _mul(ggx, gout)), _UNIT), 1.0 / 3.0)
     if g.needs(1):
         ggout = apply(hardswish_grad, (x, ggx), _NO_ATTRS)
-    return gx, ggout
+    return in_dtypes(g, gx, ggout)
 
 
 # ---- prelu: a learnable negative slope per channel ---------------------------------------------

@@ -10,22 +10,47 @@ from __future__ import annotations
 
 from ops.activation import _sigmoid as _sigmoid_array
 from ops.activation import elu_grad, relu_grad, sigmoid, sigmoid_grad, softplus, tanh
+from ops.arithmetic import promote_arrays
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
 from ops.compose import neg as _neg
 from ops.compose import scale as _scale
 from ops.compose import sub as _sub
-from ops.elementwise import elementwise_div
+from ops.elementwise import elementwise_div, grad_x
 from ops.infer import real_float_same as _real_float_same
-from ops.infer import same_as_gradient as _infer_grad
+from ops.infer import result_dtype, same_as_gradient
 from ops.registry import Attr, register
 from ops.unary import abs as _abs_op
 from ops.unary import square
+from tape.errors import DTypeError
 from tape.tape import apply
 
 _UNARY = dict(inputs=("X",), infer=_real_float_same, elementwise=True)
-_GRAD = dict(inputs=("X", "Out@GRAD"), infer=_infer_grad, elementwise=True)
+
+
+def infer_float_grad(attrs, x, gout):
+    """For the ``*_grad`` ops here: X and Out@GRAD real floats of one shape; the output has
+    their promoted dtype (the kernels compute in it)."""
+    same_as_gradient(attrs, x, gout)
+    for var, slot in ((x, "X"), (gout, "Out@GRAD")):
+        if var.dtype.kind != "f":
+            raise DTypeError(
+                None,
+                f"input {slot} must be real floating point",
+                expected="float16, float32 or float64",
+                actual=str(var.dtype),
+            )
+    return gout.shape, result_dtype(x, gout)
+
+
+def in_dtypes(g, gx, ggout):
+    """The gradients of a ``*_grad`` op's X and Out@GRAD, each in its input's dtype."""
+    x, gout = g.inputs
+    return (None if gx is None else grad_x(gx, x)), (None if ggout is None else grad_x(ggout, gout))
+
+
+_GRAD = dict(inputs=("X", "Out@GRAD"), infer=infer_float_grad, elementwise=True)
 _QUICK_GELU_BETA = 1.702
 
 
@@ -70,6 +95,7 @@ def silu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = silu_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * f''(X), with
     f'' = beta s (1 - s) (2 + beta X (1 - 2 s)).
     """
+    x, gout = promote_arrays(x, gout)
     beta = attrs["beta"]
     bx = x * beta if beta != 1.0 else x
     s = _sigmoid_array(xp, bx)
@@ -90,7 +116,7 @@ def _(g):
         gx = _scale(curvature, beta)
     if g.needs(1):
         ggout = apply(silu_grad, (x, ggx), g.attrs)
-    return gx, ggout
+    return in_dtypes(g, gx, ggout)
 
 
 # ---- mish --------------------------------------------------------------------------------------
@@ -115,6 +141,7 @@ def mish_grad(xp, attrs, x, gout):
     d(Out@GRAD) = mish_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * mish''(X), with
     mish'' = (1 - t^2) s (2 + X (1 - s) - 2 X t s).
     """
+    x, gout = promote_arrays(x, gout)
     t = xp.tanh(_softplus_array(xp, x))
     return gout * (t + x * _sigmoid_array(xp, x) * (1.0 - t * t))
 
@@ -133,7 +160,7 @@ def _(g):
         gx = _mul(_mul(ggx, gout), curvature)
     if g.needs(1):
         ggout = apply(mish_grad, (x, ggx), _NO_ATTRS)
-    return gx, ggout
+    return in_dtypes(g, gx, ggout)
 
 
 # ---- logsigmoid and softsign: gradients composed -----------------------------------------------
@@ -212,6 +239,7 @@ def celu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = celu_grad(X, dX@GRAD);  dX = P exp(X / alpha) / alpha where X <= 0 (else 0),
     with P = dX@GRAD * Out@GRAD, built as (celu_grad(X, P) - relu_grad(X, P)) / alpha.
     """
+    x, gout = promote_arrays(x, gout)
     slope = xp.exp(xp.minimum(x, 0.0) * (1.0 / attrs["alpha"]))
     return xp.where(x > 0, gout, gout * slope)
 
@@ -227,4 +255,4 @@ def _(g):
         gx = _scale(below, 1.0 / g.attrs["alpha"])
     if g.needs(1):
         ggout = apply(celu_grad, (x, ggx), g.attrs)
-    return gx, ggout
+    return in_dtypes(g, gx, ggout)

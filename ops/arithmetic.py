@@ -44,6 +44,14 @@ def _infer_division(attrs, x, y):
     return broadcast_shapes(None, x.shape, y.shape), result_dtype(x, y)
 
 
+def promote_arrays(*arrays):
+    """The arrays cast to numpy's promotion of their dtypes, so that a composite kernel computes
+    in the output's precision from the start (a float32 input among float64 ones is widened
+    before any arithmetic, not after)."""
+    dtype = np.result_type(*(a.dtype for a in arrays))
+    return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)
+
+
 def _integer_divisor(xp, x, y):
     """Raises for an integer division by zero (numpy would warn and return 0)."""
     if x.dtype.kind in "iu" and y.dtype.kind in "iu" and bool((y == 0).any()):
@@ -160,6 +168,7 @@ def lerp(xp, attrs, x, end, weight):
     Weight = 1 gives End exactly.  dX = dOut * (1 - Weight), dEnd = dOut * Weight,
     dWeight = dOut * (End - X).
     """
+    x, end, weight = promote_arrays(x, end, weight)
     diff = end - x
     near_start = xp.abs(weight) < 0.5
     return xp.where(near_start, x + weight * diff, end - diff * (1.0 - weight))

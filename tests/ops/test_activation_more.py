@@ -204,3 +204,31 @@ def test_lazy_mode_gives_the_eager_values_and_gradients():
         lazy = run()
     for got, want in zip(lazy, eager):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "name, attrs",
+    [
+        ("silu_grad", {"beta": 1.702}),
+        ("mish_grad", {}),
+        ("celu_grad", {"alpha": 0.5}),
+        ("hardtanh_grad", {}),
+        ("hardswish_grad", {}),
+    ],
+)
+def test_gradient_ops_promote_mixed_inputs_and_compute_in_the_wider_dtype(name, attrs):
+    op = ops.REGISTRY[name]
+    x, gout = _random(3).astype(np.float32), np.random.default_rng(4).standard_normal((4, 6))
+    reference = op(tape.Variable(x.astype(np.float64)), tape.Variable(gout), **attrs)
+    tape.reset_global_tape()
+    xv = tape.Variable(x, requires_grad=True)
+    gv = tape.Variable(gout, requires_grad=True)
+    out = op(xv, gv, **attrs)
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out.numpy(), reference.numpy(), rtol=1e-13, atol=0)
+    grads = tape.grad((out * out).sum(), [xv, gv])
+    assert [g.dtype for g in grads if g is not None] == [
+        v.dtype for v, g in zip((xv, gv), grads) if g is not None
+    ]
+    with pytest.raises(tape.DTypeError, match=f"op '{name}'.*input X must be real floating"):
+        op(tape.Variable(np.ones((4, 6), np.int32)), gv)

@@ -240,6 +240,10 @@ def test_mixed_float32_and_float64_gradients_keep_each_inputs_dtype():
         assert ga.dtype == np.float32 and gb.dtype == np.float64
     grads = tape.grad(ops.lerp(a, b, w).sum(), [a, b, w])
     assert [g.dtype for g in grads] == [np.float32, np.float64, np.float32]
+    # Computed in float64 from the start: the float32 inputs are widened before any arithmetic.
+    end = tape.Variable(np.array([0.1, 1e-3], np.float32))
+    wide = [tape.Variable(v.numpy().astype(np.float64)) for v in (a, end, b)]
+    np.testing.assert_array_equal(ops.lerp(a, end, b).numpy(), ops.lerp(*wide).numpy())
 
 
 def test_errors_name_the_op_the_input_and_the_dtypes():
