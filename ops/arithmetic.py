@@ -48,6 +48,9 @@ def promote_arrays(*arrays):
     """The arrays cast to numpy's promotion of their dtypes, so that a composite kernel computes
     in the output's precision from the start (a float32 input among float64 ones is widened
     before any arithmetic, not after)."""
+    first = arrays[0].dtype
+    if all(a.dtype == first for a in arrays):
+        return arrays
     dtype = np.result_type(*(a.dtype for a in arrays))
     return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)
 
