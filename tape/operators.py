@@ -1,4 +1,9 @@
-"""Python operators on Variable (``+ - * / @ ** neg``, comparisons, indexing, reductions), as ops.
+"""Python operators on Variable (``+ - * / // % @ ** neg``, comparisons, ``& | ^ ~ << >>``,
+indexing, reductions), as ops.
+
+``%`` and ``//`` are Python's (and PyTorch's) 'remainder' and 'floor_divide': the remainder has
+the divisor's sign. ``& | ^ ~`` are bitwise on integers and logical on bools ('bitwise_*'), as
+in PyTorch; ``<< >>`` shift integers.
 
 Each operator records one registered op; this module only maps Python syntax to op types.
 """
@@ -102,6 +107,20 @@ def install():
         "__rtruediv__": _binary("elementwise_div", reflected=True),
         "__pow__": _binary("elementwise_pow"),
         "__rpow__": _binary("elementwise_pow", reflected=True),
+        "__floordiv__": _binary("floor_divide"),
+        "__rfloordiv__": _binary("floor_divide", reflected=True),
+        "__mod__": _binary("remainder"),
+        "__rmod__": _binary("remainder", reflected=True),
+        "__and__": _binary("bitwise_and"),
+        "__rand__": _binary("bitwise_and", reflected=True),
+        "__or__": _binary("bitwise_or"),
+        "__ror__": _binary("bitwise_or", reflected=True),
+        "__xor__": _binary("bitwise_xor"),
+        "__rxor__": _binary("bitwise_xor", reflected=True),
+        "__lshift__": _binary("bitwise_left_shift"),
+        "__rlshift__": _binary("bitwise_left_shift", reflected=True),
+        "__rshift__": _binary("bitwise_right_shift"),
+        "__rrshift__": _binary("bitwise_right_shift", reflected=True),
         "__matmul__": _binary("matmul"),
         "__rmatmul__": _binary("matmul", reflected=True),
         "__lt__": _binary("less_than"),
@@ -112,6 +131,7 @@ def install():
         "__ne__": _binary("not_equal"),
         "__neg__": _unary("neg"),
         "__abs__": _unary("abs"),
+        "__invert__": _unary("bitwise_not"),
         "__getitem__": _getitem,
         "__setitem__": _setitem,
         "sum": _sum,
