@@ -19,6 +19,7 @@ from ops.registry import REGISTRY, OpDef, lookup, register
 from ops import elementwise, unary, special, activation, compare, reduce, matmul  # noqa: F401
 from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru  # noqa: F401
+from ops import conv_transpose, pool_index, interpolate, pool_adaptive  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
