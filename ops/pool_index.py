@@ -50,7 +50,7 @@ def _require_index(index, slot="Indices"):
         )
 
 
-def _require_planes(x, index, x_slot, rank=None):
+def _require_planes(x, index, x_slot, rank=None, same_rank=True):
     if len(x.shape) < 3 or (rank is not None and len(x.shape) != rank):
         raise ShapeError(
             None,
@@ -58,10 +58,12 @@ def _require_planes(x, index, x_slot, rank=None):
             expected=f"{x_slot} (N, C, *spatial)",
             actual=f"{x_slot}.shape={x.shape}",
         )
-    if tuple(index.shape[:2]) != tuple(x.shape[:2]) or len(index.shape) != len(x.shape):
+    if tuple(index.shape[:2]) != tuple(x.shape[:2]) or (
+        same_rank and len(index.shape) != len(x.shape)
+    ):
         raise ShapeError(
             None,
-            f"Indices must have {x_slot}'s rank, batch and channels",
+            f"Indices must have {x_slot}'s {'rank, ' if same_rank else ''}batch and channels",
             expected=f"Indices.shape[:2] == {x_slot}.shape[:2] == {tuple(x.shape[:2])}",
             actual=f"Indices.shape={index.shape}, {x_slot}.shape={x.shape}",
         )
@@ -72,7 +74,7 @@ def _require_planes(x, index, x_slot, rank=None):
 
 def _infer_gather(attrs, x, index):
     _require_index(index)
-    _require_planes(x, index, "X")
+    _require_planes(x, index, "X", same_rank=False)
     return tuple(index.shape), x.dtype
 
 
