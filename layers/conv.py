@@ -24,7 +24,7 @@ def ntuple(value, n, what, minimum=None):
         if len(items) != n or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in items
         ):
-            kind = "an int" if n == 1 else f"an int or {n} ints"
+            kind = {1: "an int", 2: "an int or a pair of ints"}.get(n, f"an int or {n} ints")
             raise ValueError(f"{what} must be {kind}, got {value!r}")
     if minimum is not None and min(items) < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value!r}")

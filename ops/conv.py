@@ -14,7 +14,7 @@ import numpy as np
 
 from ops.conv_kernels import SPATIAL, axis_pads, convolve, filter_gradient, transposed
 from ops.conv_kernels import output_spatial as output_spatial
-from ops.registry import Attr, register
+from ops.registry import REGISTRY, Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
@@ -163,6 +163,14 @@ def _grad_filter_kernel(xp, attrs, x, gout):
     return filter_gradient(xp, x, gout, attrs["filter_shape"], attrs)
 
 
+def like(var, grad):
+    """The gradient ``grad`` of ``var`` in var's dtype: with mixed input dtypes a gradient op
+    computes in the promoted dtype, and a float32 variable still gets a float32 gradient."""
+    if grad.dtype == var.dtype:
+        return grad
+    return apply(REGISTRY["cast"], (grad,), {"out_dtype": var.dtype.name})
+
+
 # rank -> (conv<n>d, conv<n>d_grad_input, conv<n>d_grad_filter)
 FAMILIES = {}
 
@@ -178,9 +186,9 @@ def _conv_gradient(g):
     attrs = conv_only(g.attrs)
     gx = gw = None
     if g.needs(0):
-        gx = apply(grad_input, (w, gout), {**attrs, "input_shape": x.shape})
+        gx = like(x, apply(grad_input, (w, gout), {**attrs, "input_shape": x.shape}))
     if g.needs(1):
-        gw = apply(grad_filter, (x, gout), {**attrs, "filter_shape": w.shape})
+        gw = like(w, apply(grad_filter, (x, gout), {**attrs, "filter_shape": w.shape}))
     return gx, gw
 
 
@@ -190,9 +198,9 @@ def _grad_input_gradient(g):
     attrs = conv_only(g.attrs)
     gw = ggout = None
     if g.needs(0):
-        gw = apply(grad_filter, (upstream, gout), {**attrs, "filter_shape": w.shape})
+        gw = like(w, apply(grad_filter, (upstream, gout), {**attrs, "filter_shape": w.shape}))
     if g.needs(1):
-        ggout = apply(conv, (upstream, w), attrs)
+        ggout = like(gout, apply(conv, (upstream, w), attrs))
     return gw, ggout
 
 
@@ -202,9 +210,9 @@ def _grad_filter_gradient(g):
     attrs = conv_only(g.attrs)
     gx = ggout = None
     if g.needs(0):
-        gx = apply(grad_input, (upstream, gout), {**attrs, "input_shape": x.shape})
+        gx = like(x, apply(grad_input, (upstream, gout), {**attrs, "input_shape": x.shape}))
     if g.needs(1):
-        ggout = apply(conv, (x, upstream), attrs)
+        ggout = like(gout, apply(conv, (x, upstream), attrs))
     return gx, ggout
 
 

@@ -10,7 +10,7 @@ those positions unread), which gives exactly X's length.
 
 from __future__ import annotations
 
-from ops.conv import _WORDS, family, float_result
+from ops.conv import _WORDS, family, float_result, like
 from ops.conv_kernels import SPATIAL, transposed
 from ops.registry import Attr, register
 from tape.errors import ShapeError
@@ -119,9 +119,9 @@ def _gradient(g):
     attrs = conv_of(g.attrs)
     gx = gw = None
     if g.needs(0):
-        gx = apply(conv, (gout, w), attrs)
+        gx = like(x, apply(conv, (gout, w), attrs))
     if g.needs(1):
-        gw = apply(grad_filter, (gout, x), {**attrs, "filter_shape": w.shape})
+        gw = like(w, apply(grad_filter, (gout, x), {**attrs, "filter_shape": w.shape}))
     return gx, gw
 
 
