@@ -41,11 +41,13 @@ def window_bounds(size, out):
     return starts, ends
 
 
-def _scale(size, out, scale, align_corners):
-    """PyTorch's area_pixel_compute_scale: input units per output unit."""
+def _step(size, out, scale, align_corners, dtype):
+    """PyTorch's area_pixel_compute_scale, input units per output unit, computed as it does in
+    the input's float type (so float32 picks the same source pixels as PyTorch's float32)."""
+    real = np.dtype(dtype).type
     if align_corners:
-        return (size - 1) / (out - 1) if out > 1 else 0.0
-    return 1.0 / scale if scale else size / out
+        return (real(size) - 1) / real(out - 1) if out > 1 else real(0)
+    return real(1.0 / scale) if scale else real(size) / real(out)
 
 
 def _cubic(t):
@@ -65,21 +67,20 @@ def _cubic(t):
 def _taps(xp, mode, size, out, scale, align_corners, dtype):
     """(source indices, weights) per tap: the rows of one axis's matrix, as (out,) arrays."""
     dst = xp.arange(out, dtype=dtype)
-    if mode in ("nearest", "nearest-exact"):
-        # PyTorch computes these indices in float32: do the same to pick the same pixels.
-        step = np.float32(1.0 / scale) if scale else np.float32(size) / np.float32(out)
-        if mode == "nearest":
-            src = xp.floor(xp.arange(out, dtype=np.float32) * step)
-        else:
-            src = xp.floor((xp.arange(out, dtype=np.float64) + 0.5) * float(step))
+    if mode == "nearest-2d" and out in (size, 2 * size):
+        # PyTorch's 2-D nearest kernel maps these sizes by i (or i // 2) whatever the scale.
+        return [(xp.arange(out) // (out // size), None)]
+    if mode in ("nearest", "nearest-exact", "nearest-2d"):
+        step = _step(size, out, scale, False, dtype)
+        src = xp.floor((dst + 0.5) * step if mode == "nearest-exact" else dst * step)
         return [(xp.minimum(src.astype(np.int64), size - 1), None)]
-    step = _scale(size, out, scale, align_corners)
+    step = _step(size, out, scale, align_corners, dtype)
     src = dst * step if align_corners else (dst + 0.5) * step - 0.5
     if mode != "bicubic":
         src = xp.maximum(src, 0)
     # guard_index_and_lambda: the integer part kept inside the input, the fraction in [0, 1].
     index = xp.minimum(xp.floor(src).astype(np.int64), size - 1)
-    frac = xp.clip(src - index, 0, 1)
+    frac = xp.clip(src - index.astype(dtype), 0, 1)
     if mode == "bicubic":
         return [
             (xp.clip(index + (k - 1), 0, size - 1), weight) for k, weight in enumerate(_cubic(frac))
@@ -104,8 +105,13 @@ def axis_matrix(xp, mode, size, out, scale, align_corners, dtype):
 
 
 def _identity(mode, size, out, scale, align_corners):
-    """Whether the axis's matrix is the identity (PyTorch copies such axes, so do we)."""
-    return size == out and (mode in ("nearest", "area") or align_corners or scale in (None, 1.0))
+    """Whether the axis's matrix is the identity (a copy: skip its matmul). PyTorch's linear
+    kernels (and its 2-D nearest one) copy an axis whose size does not change whatever the
+    scale factor says; bicubic and the other nearest kernels still apply the factor."""
+    if size != out:
+        return False
+    copies = ("area", "nearest-2d", "linear", "bilinear", "trilinear")
+    return mode in copies or align_corners or scale in (None, 1.0)
 
 
 def along(xp, x, matrix, axis):
@@ -124,6 +130,8 @@ def resample(xp, x, attrs, in_size, transpose=False):
     adjoint: x of the output's spatial shape mapped back to ``in_size``. Shrinking axes go
     first (less work for the others); identity axes are skipped."""
     mode, corners, scales = attrs["mode"], attrs["align_corners"], attrs["scales"]
+    if mode == "nearest" and len(in_size) == 2:
+        mode = "nearest-2d"
     axes = []
     for a, (n_in, n_out) in enumerate(zip(in_size, attrs["out_size"])):
         scale = scales[a] if scales else None
@@ -210,9 +218,11 @@ def interpolate(xp, attrs, x):
     interpolate: along each axis output position i reads the source coordinate
     (i + 0.5) * in / out - 0.5 (or i * (in - 1) / (out - 1) with ``align_corners``; ``scales``,
     PyTorch's scale_factor, replaces in / out by 1 / scale) with linear or cubic (A = -0.75)
-    weights; nearest takes floor(i * in / out) (nearest-exact rounds (i + 0.5) * in / out
-    down), area averages PyTorch's adaptive windows. linear, bilinear and trilinear are the
-    same separable map on 1, 2 or 3 spatial axes.
+    weights; nearest takes floor(i * in / out) and nearest-exact floor((i + 0.5) * in / out);
+    area averages PyTorch's adaptive windows. linear, bilinear and trilinear are one separable
+    map on 1, 2 or 3 axes. As PyTorch's kernels, the linear modes copy an axis whose length
+    does not change, and 2-D nearest reads i or i // 2 for an output as long as the input or
+    twice it, whatever the scale.
 
     Out is linear in X: dX = interpolate_grad(dOut), the transposed map.
 

@@ -109,6 +109,33 @@ class Geometry:
     def window_size(self):
         return math.prod(self.kernel)
 
+    def reaches_padding(self):
+        """Whether some window tap falls in the padding (at either end of some axis)."""
+        return any(lo for lo, _ in self.pads) or self.padded_extent() != self.size
+
+    def real_taps(self, xp, offset):
+        """Which windows' tap at ``offset`` reads X rather than padding: a boolean array that
+        broadcasts over the output's spatial shape."""
+        mask = None
+        for a, (k, (lo, _)) in enumerate(zip(offset, self.pads)):
+            position = xp.arange(self.out[a]) * self.stride[a] + k * self.dilation[a] - lo
+            inside = ((position >= 0) & (position < self.size[a])).reshape(
+                (-1,) + (1,) * (len(self.size) - a - 1)
+            )
+            mask = inside if mask is None else mask & inside
+        return mask
+
+    def first_taps(self, xp, dtype):
+        """PyTorch's default index of each window: the flat plane position of its first tap at
+        or after the input's start along each axis (reported for windows of padding only)."""
+        total, plane = 0, [math.prod(self.size[a + 1 :]) for a in range(len(self.size))]
+        for a, ((lo, _), step) in enumerate(zip(self.pads, plane)):
+            start = xp.arange(self.out[a], dtype=dtype) * self.stride[a] - lo
+            d = self.dilation[a]
+            start = xp.where(start < 0, start + d * ((-start + d - 1) // d), start)
+            total = total + (start * step).reshape((-1,) + (1,) * (len(self.size) - a - 1))
+        return total
+
     def pad(self, xp, x, value):
         """x placed in a buffer of the padded extent filled with ``value`` (x itself if the
         windows never leave it)."""

@@ -94,12 +94,13 @@ def _max_kernel(xp, attrs, x):
     ]
     order = tuple(range(0, 2 * nd, 2)) + tuple(range(1, 2 * nd, 2))  # outs first, then Ks
     windows = x[(slice(None), slice(None), *tables)].transpose(0, 1, *(2 + i for i in order))
-    windows = windows.reshape((n, c) + out + (-1,))
+    longest = math.prod(t.shape[2 * a + 1] for a, t in enumerate(tables))
+    windows = windows.reshape((n, c) + out + (longest,))
     # The flat plane position of every window element, laid out like one (n, c) of windows.
     steps = [math.prod(size[a + 1 :]) for a in range(nd)]
     flat = sum(t * step for t, step in zip(tables, steps)).transpose(order)
-    flat = flat.reshape(math.prod(out), -1)
-    first = xp.argmax(windows, axis=-1).reshape(n * c, -1)
+    flat = flat.reshape(math.prod(out), longest)
+    first = xp.argmax(windows, axis=-1).reshape(n * c, math.prod(out))
     index = flat[xp.arange(flat.shape[0])[None, :], first].reshape((n, c) + out)
     return xp.max(windows, axis=-1), index
 

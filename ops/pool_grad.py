@@ -50,9 +50,10 @@ def _pool_gradient(g):
 
 
 def first_max_masks(xp, geom, x, maxima=None):
-    """For each kernel offset, (window slices, mask of the windows whose first maximum in
-    row-major order sits at that offset). A NaN is a window's maximum (the first NaN wins).
-    ``maxima`` are the window maxima when known (max pooling's Out), else recomputed.
+    """For each kernel offset, (offset, window slices, mask of the windows whose first maximum
+    in row-major order sits at that offset). A NaN is a window's maximum (the first NaN wins);
+    padding never is (a window of padding only has no maximum, as in PyTorch). ``maxima`` are
+    the window maxima when known (max pooling's Out), else recomputed.
 
     Comparing against the window maxima is measured here 4x faster than tracking a running
     argmax with masked copies. The mask is one buffer, rewritten at each offset: use it before
@@ -63,9 +64,10 @@ def first_max_masks(xp, geom, x, maxima=None):
         maxima = window_max(xp, geom, padded)
     has_nan = x.dtype.kind == "f" and bool(xp.isnan(maxima).any())
     hit, taken = xp.empty(maxima.shape, dtype=bool), None
+    padding = geom.reaches_padding()
     last = geom.window_size() - 1
     for index, (offset, window) in enumerate(geom.offsets()):
-        if index == last and taken is not None:
+        if index == last and taken is not None and not padding:
             # Every window holds its maximum, so those not taken yet have it at the last offset.
             xp.logical_not(taken, out=hit)
             yield offset, window, hit
@@ -74,6 +76,8 @@ def first_max_masks(xp, geom, x, maxima=None):
         xp.equal(part, maxima, out=hit)
         if has_nan:
             hit |= xp.isnan(part)
+        if padding:  # a -inf in X equals the padding: only taps inside X count
+            hit &= geom.real_taps(xp, offset)
         if taken is None:
             taken = hit.copy()
         else:

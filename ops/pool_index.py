@@ -1,6 +1,6 @@
 """Max pooling that returns where each maximum came from, and what consumes those indices: max
 pooling with indices (max_pool<n>d_with_index), max unpooling (max_unpool<n>d) and the adjoint
-pair their gradients (and adaptive max pooling's) are made of, plane_gather and
+pair the gradients of unpooling and adaptive max pooling are made of, plane_gather and
 plane_scatter_add.
 
 An index is PyTorch's: the flat position of the maximum within its (n, c) plane of the input
@@ -16,6 +16,7 @@ import numpy as np
 from ops.conv import _WORDS
 from ops.conv_kernels import SPATIAL
 from ops.pool import Geometry, check_geometry, lowest, window_attrs, window_max
+from ops.pool_grad import FAMILIES as POOL_FAMILIES
 from ops.pool_grad import first_max_masks
 from ops.registry import Attr, register
 from tape.errors import DTypeError, IndexingError, ShapeError
@@ -139,7 +140,7 @@ def _(g):
 
 
 def scatter_gradient(g):
-    """dX of an op whose Out holds X's values at the positions its Mask names."""
+    """dX of an op whose Out holds X's values at the positions its Mask names (adaptive max)."""
     (x,), (gout, _) = g.inputs, g.gouts
     if gout is None:
         return (None,)
@@ -147,6 +148,15 @@ def scatter_gradient(g):
 
 
 # ---- max pooling with indices ------------------------------------------------------------
+
+
+def _with_index_gradient(g):
+    """dX as max pooling without indices routes it (Mask is piecewise constant in X)."""
+    (x,), (out, _), (gout, _) = g.inputs, g.outputs, g.gouts
+    if gout is None:
+        return (None,)
+    grad = POOL_FAMILIES[len(g.attrs["ksize"])][1]
+    return (apply(grad, (x, gout, out), {**g.attrs, "pooling_type": "max", "exclusive": True}),)
 
 
 def _infer_with_index(attrs, x):
@@ -164,7 +174,8 @@ def _with_index_kernel(xp, attrs, x):
     for a, ((lo, _), step) in enumerate(zip(geom.pads, plane)):
         axis = (xp.arange(geom.out[a], dtype=INDEX) * geom.stride[a] - lo) * step
         start = start + axis.reshape((-1,) + (1,) * (len(plane) - a - 1))
-    index = xp.zeros(maxima.shape, dtype=INDEX)
+    index = xp.empty(maxima.shape, dtype=INDEX)
+    index[...] = geom.first_taps(xp, INDEX)  # kept only by windows of padding alone
     for offset, _, hit in first_max_masks(xp, geom, x, maxima):
         shift = sum(k * d * step for k, d, step in zip(offset, geom.dilation, plane))
         xp.copyto(index, start + shift, where=hit)
@@ -176,7 +187,8 @@ _WITH_INDEX_DOC = """Out = max pooling of X (N, C, {spatial}) as pool{nd}d with 
 window's first maximum within its (n, c) plane of X, PyTorch's return_indices convention, ready
 for max_unpool{nd}d. The functional call returns (Out, Mask).
 
-dX = plane_scatter_add(Mask, dOut): each gradient added at its maximum's position.
+dX = pool{nd}d_grad(X, dOut, Out) (max): each gradient added at its window's first maximum,
+where Mask points (none for a window of padding only).
 {example}"""
 
 _WITH_INDEX_EXAMPLE = """
@@ -242,7 +254,6 @@ def _register(nd):
         outputs=("Out", "Mask"),
         attrs=window_attrs(nd),
         infer=_infer_with_index,
-        no_need_buffer=("X",),
         doc=_WITH_INDEX_DOC.format(example=_WITH_INDEX_EXAMPLE if nd == 2 else "", **words),
     )(_with_index_kernel)
     unpool = register(
@@ -260,7 +271,7 @@ def _register(nd):
         no_need_buffer=("X",),
         doc=_UNPOOL_DOC.format(example=_UNPOOL_EXAMPLE if nd == 1 else "", **words),
     )(_unpool_kernel)
-    with_index.gradient(scatter_gradient)
+    with_index.gradient(_with_index_gradient)
     unpool.gradient(_unpool_gradient)
     return with_index, unpool
 
