@@ -33,12 +33,15 @@ MODES = {
 _SMOOTH = ("linear", "bilinear", "bicubic", "trilinear")
 
 
-def window_bounds(size, out):
+def window_bounds(xp, size, out):
     """PyTorch's adaptive windows along one axis: window i is [floor(i * size / out),
-    ceil((i + 1) * size / out)); returns the starts and ends as Python lists."""
-    starts = [(i * size) // out for i in range(out)]
-    ends = [-((-(i + 1) * size) // out) for i in range(out)]
-    return starts, ends
+    ceil((i + 1) * size / out)); returns the starts and ends as (out,) int64 arrays and the
+    longest window's length."""
+    steps = xp.arange(out, dtype=np.int64)
+    starts, ends = (steps * size) // out, -((-(steps + 1) * size) // out)
+    # The longest window, from Python ints (no device round trip).
+    longest = max(-((-(i + 1) * size) // out) - (i * size) // out for i in range(out))
+    return starts, ends, longest
 
 
 def _step(size, out, scale, align_corners, dtype):
@@ -92,9 +95,8 @@ def axis_matrix(xp, mode, size, out, scale, align_corners, dtype):
     """The (out, size) matrix resampling one axis of length ``size`` to ``out``."""
     columns = xp.arange(size)[None, :]
     if mode == "area":
-        starts, ends = window_bounds(size, out)
-        starts = xp.asarray(starts)[:, None]
-        ends = xp.asarray(ends)[:, None]
+        starts, ends, _ = window_bounds(xp, size, out)
+        starts, ends = starts[:, None], ends[:, None]
         inside = (columns >= starts) & (columns < ends)
         return inside.astype(dtype) / (ends - starts).astype(dtype)
     matrix = xp.zeros((out, size), dtype=dtype)

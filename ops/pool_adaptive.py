@@ -72,9 +72,7 @@ def _avg_gradient(g):
 
 def _windows(xp, size, out):
     """(out, K) input positions of the windows along one axis, K the longest window."""
-    starts, ends = window_bounds(size, out)
-    longest = max(e - s for s, e in zip(starts, ends))
-    starts, ends = xp.asarray(starts, dtype=INDEX), xp.asarray(ends, dtype=INDEX)
+    starts, ends, longest = window_bounds(xp, size, out)
     return xp.minimum(starts[:, None] + xp.arange(longest, dtype=INDEX)[None, :], ends[:, None] - 1)
 
 
