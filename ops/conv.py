@@ -106,7 +106,12 @@ def conv_shape(attrs, x_shape, w_shape):
             f"({cg} * {groups} = {cg * groups})",
             actual=f"Input.shape[1] = {c} ({shapes})",
         )
-    pads = axis_pads(attrs["paddings"], nd)
+    _check_span(attrs, size, kernel, shapes)
+    return (n, o) + output_spatial(attrs, size, kernel)
+
+
+def _check_span(attrs, size, kernel, shapes):
+    pads = axis_pads(attrs["paddings"], len(size))
     span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, attrs["dilations"]))
     padded = tuple(s + lo + hi for s, (lo, hi) in zip(size, pads))
     if any(a > b for a, b in zip(span, padded)):
@@ -116,7 +121,6 @@ def conv_shape(attrs, x_shape, w_shape):
             expected=f"dilated kernel {_tuple(span)} <= padded input {_tuple(padded)}",
             actual=f"{shapes}, paddings={attrs['paddings']}, dilations={attrs['dilations']}",
         )
-    return (n, o) + output_spatial(attrs, size, kernel)
 
 
 def _tuple(values):

@@ -87,14 +87,7 @@ def _infer(attrs, x, w):
             expected=f"Input.shape[1] == Filter.shape[0], divisible by groups={groups}",
             actual=shapes,
         )
-    for extra, s, d in zip(attrs["output_padding"], attrs["strides"], attrs["dilations"]):
-        if extra >= max(s, d):
-            raise ShapeError(
-                None,
-                "output_padding must be smaller than the stride or the dilation",
-                expected=f"output_padding < max(stride, dilation) = {max(s, d)}",
-                actual=f"output_padding={attrs['output_padding']}",
-            )
+    _check_output_padding(attrs)
     out = transposed_size(size, kernel, attrs)
     if min(out, default=1) < 1:
         raise ShapeError(
@@ -105,6 +98,17 @@ def _infer(attrs, x, w):
             actual=f"{out} ({shapes}, paddings={attrs['paddings']})",
         )
     return (n, og * groups) + out, dtype
+
+
+def _check_output_padding(attrs):
+    for extra, s, d in zip(attrs["output_padding"], attrs["strides"], attrs["dilations"]):
+        if extra >= max(s, d):
+            raise ShapeError(
+                None,
+                "output_padding must be smaller than the stride or the dilation",
+                expected=f"output_padding < max(stride, dilation) = {max(s, d)}",
+                actual=f"output_padding={attrs['output_padding']}",
+            )
 
 
 def _kernel(xp, attrs, x, w):

@@ -175,6 +175,31 @@ def lowest(dtype):
 def check_geometry(attrs, x, pooling_type="max"):
     """The Geometry of pooling X, or the library's error for a bad rank, dtype or window."""
     nd = len(attrs["ksize"])
+    _check_input(attrs, x, pooling_type)
+    geom = Geometry(attrs, x.shape[2:])
+    axes = SPATIAL[nd].split(", ")
+    for a, axis in enumerate(axes):
+        if 2 * max(geom.pads[a]) > geom.kernel[a]:
+            raise ShapeError(
+                None,
+                "padding is more than half the window",
+                expected=f"paddings along {axis} <= ksize / 2 = {geom.kernel[a] / 2}",
+                actual=f"paddings={attrs['paddings']}, ksize={attrs['ksize']}",
+            )
+        if geom.out[a] < 1:
+            span = geom.dilation[a] * (geom.kernel[a] - 1) + 1
+            raise ShapeError(
+                None,
+                "window is larger than the padded input",
+                expected=f"{'dilated ' if span != geom.kernel[a] else ''}ksize along {axis} "
+                f"({span}) <= padded size ({x.shape[2 + a] + sum(geom.pads[a])})",
+                actual=f"X.shape={x.shape}, ksize={attrs['ksize']}, paddings={attrs['paddings']}",
+            )
+    return geom
+
+
+def _check_input(attrs, x, pooling_type):
+    nd = len(attrs["ksize"])
     if len(x.shape) != nd + 2:
         raise ShapeError(
             None,
@@ -197,26 +222,6 @@ def check_geometry(attrs, x, pooling_type="max"):
             expected=f"dilations={[1] * nd}",
             actual=f"dilations={attrs['dilations']}",
         )
-    geom = Geometry(attrs, x.shape[2:])
-    axes = SPATIAL[nd].split(", ")
-    for a, axis in enumerate(axes):
-        if 2 * max(geom.pads[a]) > geom.kernel[a]:
-            raise ShapeError(
-                None,
-                "padding is more than half the window",
-                expected=f"paddings along {axis} <= ksize / 2 = {geom.kernel[a] / 2}",
-                actual=f"paddings={attrs['paddings']}, ksize={attrs['ksize']}",
-            )
-        if geom.out[a] < 1:
-            span = geom.dilation[a] * (geom.kernel[a] - 1) + 1
-            raise ShapeError(
-                None,
-                "window is larger than the padded input",
-                expected=f"{'dilated ' if span != geom.kernel[a] else ''}ksize along {axis} "
-                f"({span}) <= padded size ({x.shape[2 + a] + sum(geom.pads[a])})",
-                actual=f"X.shape={x.shape}, ksize={attrs['ksize']}, paddings={attrs['paddings']}",
-            )
-    return geom
 
 
 def _infer_pool(attrs, x):
