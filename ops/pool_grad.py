@@ -8,6 +8,9 @@ argmax is piecewise constant in X, so no gradient flows to X from a gradient op.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ops.conv import like
 from ops.conv_kernels import SPATIAL
 from ops.pool import (
     POOL_KEYS,
@@ -145,11 +148,19 @@ def _infer_pool_grad(attrs, x, gout, out=None):
                 expected=f"{expected} (X.shape={x.shape})",
                 actual=str(given.shape),
             )
-    return x.shape, gout.dtype
+    return x.shape, values_dtype(x, gout)
+
+
+def values_dtype(x, values):
+    """numpy's promotion of X's and the values' float dtypes (X only compared when integer)."""
+    if x.dtype.kind != "f" or x.dtype == values.dtype:
+        return values.dtype
+    return np.result_type(x.dtype, values.dtype)
 
 
 def _pool_grad_kernel(xp, attrs, x, gout, out=None):
     geom = Geometry(attrs, x.shape[2:])
+    gout = gout.astype(values_dtype(x, gout), copy=False)
     if attrs["pooling_type"] == "max":
         return _route_to_maxima(xp, geom, x, gout, out)
     padded = xp.zeros(x.shape[:2] + geom.padded_extent(), dtype=gout.dtype)
@@ -166,8 +177,10 @@ def _pool_grad_gradient(g):
         return None, None, None
     pool, _, select = _family(g.attrs)
     if g.attrs["pooling_type"] == "max":
-        return None, apply(select, (x, upstream), _window_attrs(g.attrs)), None
-    return None, apply(pool, (upstream,), _pool_attrs(g.attrs)), None
+        ggout = apply(select, (x, upstream), _window_attrs(g.attrs))
+    else:
+        ggout = apply(pool, (upstream,), _pool_attrs(g.attrs))
+    return None, like(g.inputs[1], ggout), None
 
 
 def _infer_select(attrs, x, y):
@@ -175,11 +188,12 @@ def _infer_select(attrs, x, y):
     _require_float(y, "Y")
     if tuple(y.shape) != tuple(x.shape):
         raise ShapeError(None, "Y must have X's shape", expected=str(x.shape), actual=str(y.shape))
-    return x.shape[:2] + geom.out, y.dtype
+    return x.shape[:2] + geom.out, values_dtype(x, y)
 
 
 def _select_kernel(xp, attrs, x, y):
     geom = Geometry(attrs, x.shape[2:])
+    y = y.astype(values_dtype(x, y), copy=False)
     padded = geom.pad(xp, y, 0)
     out = xp.zeros(x.shape[:2] + geom.out, dtype=y.dtype)
     for _, window, hit in first_max_masks(xp, geom, x):
@@ -193,7 +207,7 @@ def _select_gradient(g):
     if not g.needs(1):
         return None, None
     attrs = {**g.attrs, "pooling_type": "max", "exclusive": True}
-    return None, apply(_family(g.attrs)[1], (x, gout, None), attrs)
+    return None, like(g.inputs[1], apply(_family(g.attrs)[1], (x, gout, None), attrs))
 
 
 _GRAD_DOC = """X@GRAD = Out@GRAD added back to the window elements pool{nd}d read: to each window's
