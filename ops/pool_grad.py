@@ -148,19 +148,20 @@ def _infer_pool_grad(attrs, x, gout, out=None):
                 expected=f"{expected} (X.shape={x.shape})",
                 actual=str(given.shape),
             )
-    return x.shape, values_dtype(x, gout)
+    return x.shape, values_dtype(x, gout, out)
 
 
-def values_dtype(x, values):
-    """numpy's promotion of X's and the values' float dtypes (X only compared when integer)."""
-    if x.dtype.kind != "f" or x.dtype == values.dtype:
+def values_dtype(x, values, out=None):
+    """numpy's promotion of the float inputs' dtypes (an integer X is only compared)."""
+    dtypes = [v.dtype for v in (x, out) if v is not None and v.dtype.kind == "f"]
+    if all(d == values.dtype for d in dtypes):
         return values.dtype
-    return np.result_type(x.dtype, values.dtype)
+    return np.result_type(values.dtype, *dtypes)
 
 
 def _pool_grad_kernel(xp, attrs, x, gout, out=None):
     geom = Geometry(attrs, x.shape[2:])
-    gout = gout.astype(values_dtype(x, gout), copy=False)
+    gout = gout.astype(values_dtype(x, gout, out), copy=False)
     if attrs["pooling_type"] == "max":
         return _route_to_maxima(xp, geom, x, gout, out)
     padded = xp.zeros(x.shape[:2] + geom.padded_extent(), dtype=gout.dtype)
