@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ops.conv_kernels import SPATIAL, axis_pads, convolve, filter_gradient, transposed
-from ops.conv_kernels import output_spatial as output_spatial
+from ops.conv_kernels import (
+    SPATIAL,
+    axis_pads,
+    convolve,
+    filter_gradient,
+    output_spatial,
+    transposed,
+)
 from ops.registry import REGISTRY, Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
-_WORDS = {1: "one int", 2: "two ints", 3: "three ints", 4: "four ints", 6: "six ints"}
+# How many ints an attribute takes, in words (for the rules in error messages).
+WORDS = {1: "one int", 2: "two ints", 3: "three ints", 4: "four ints", 6: "six ints"}
 
 
 def _paddings_ok(value, nd):
@@ -34,20 +41,20 @@ def conv_attrs(nd):
             "ints",
             (1,) * nd,
             check=lambda v: len(v) == nd and min(v) >= 1,
-            rule=f"{_WORDS[nd]} >= 1",
+            rule=f"{WORDS[nd]} >= 1",
         ),
         "paddings": Attr(
             "ints",
             (0,) * nd,
             check=lambda v: _paddings_ok(v, nd),
-            rule=f"{_WORDS[nd]} >= 0, or {_WORDS[2 * nd]} (start, end per axis) with starts "
+            rule=f"{WORDS[nd]} >= 0, or {WORDS[2 * nd]} (start, end per axis) with starts "
             ">= 0 (a negative end leaves trailing input positions unread)",
         ),
         "dilations": Attr(
             "ints",
             (1,) * nd,
             check=lambda v: len(v) == nd and min(v) >= 1,
-            rule=f"{_WORDS[nd]} >= 1",
+            rule=f"{WORDS[nd]} >= 1",
         ),
         "groups": Attr("int", 1, check=lambda v: v >= 1, rule=">= 1"),
     }
@@ -272,7 +279,7 @@ dInput = conv{nd}d_grad_input(G, Output@GRAD), d(Output@GRAD) = conv{nd}d(Input,
 
 def _register_family(nd):
     schema = conv_attrs(nd)
-    shape = dict(check=lambda v: len(v) == nd + 2, rule=_WORDS.get(nd + 2, f"{nd + 2} ints"))
+    shape = dict(check=lambda v: len(v) == nd + 2, rule=WORDS.get(nd + 2, f"{nd + 2} ints"))
     words = dict(nd=nd, spatial=SPATIAL[nd])
     conv = register(
         f"conv{nd}d",

@@ -10,7 +10,7 @@ those positions unread), which gives exactly X's length.
 
 from __future__ import annotations
 
-from ops.conv import _WORDS, family, float_result, like
+from ops.conv import WORDS, family, float_result, like
 from ops.conv_kernels import SPATIAL, transposed
 from ops.registry import Attr, register
 from tape.errors import ShapeError
@@ -23,7 +23,7 @@ def transpose_attrs(nd):
             "ints",
             (default,) * nd,
             check=lambda v: len(v) == nd and min(v) >= minimum,
-            rule=f"{_WORDS[nd]} >= {minimum}",
+            rule=f"{WORDS[nd]} >= {minimum}",
         )
 
     return {

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ops.conv import _WORDS
+from ops.conv import WORDS
 from ops.conv_kernels import SPATIAL, axis_pads
 from ops.registry import Attr, register
 from tape.errors import DTypeError, ShapeError
@@ -22,7 +22,7 @@ from tape.errors import DTypeError, ShapeError
 
 def window_attrs(nd):
     """The window attributes of the rank-``nd`` pooling ops (Paddle's names)."""
-    words = _WORDS[nd]
+    words = WORDS[nd]
 
     def ints(default, rule, required=False):
         return Attr(
@@ -40,7 +40,7 @@ def window_attrs(nd):
             "ints",
             (0,) * nd,
             check=lambda v: len(v) in (nd, 2 * nd) and min(v) >= 0,
-            rule=f"{words} or {_WORDS[2 * nd]} (start, end per axis), all >= 0",
+            rule=f"{words} or {WORDS[2 * nd]} (start, end per axis), all >= 0",
         ),
         "dilations": ints((1,) * nd, f"{words} >= 1 (max pooling only)"),
         "ceil_mode": Attr("bool", False),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ops.conv import _WORDS
+from ops.conv import WORDS
 from ops.conv_kernels import SPATIAL
 from ops.interpolate import interpolate_grad, resample, window_bounds
 from ops.pool_index import INDEX, scatter_gradient
@@ -27,7 +27,7 @@ def adaptive_attrs(nd):
             "ints",
             required=True,
             check=lambda v: len(v) == nd and min(v) >= 1,
-            rule=f"{_WORDS[nd]} >= 1",
+            rule=f"{WORDS[nd]} >= 1",
         )
     }
 

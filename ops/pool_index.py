@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ops.conv import _WORDS
+from ops.conv import WORDS
 from ops.conv_kernels import SPATIAL
 from ops.pool import Geometry, check_geometry, lowest, window_attrs, window_max
 from ops.pool_grad import FAMILIES as POOL_FAMILIES
@@ -40,8 +40,8 @@ def _flat(xp, index, plane, op):
             expected=f"0 <= index < {plane} (the product of the spatial sizes)",
             actual=f"min {int(index.min())}, max {int(index.max())}",
         )
-    offsets = xp.arange(n * c, dtype=index.dtype).reshape(n, c, *(1,) * (index.ndim - 2))
-    return (index + offsets * plane).reshape(-1)
+    offsets = xp.arange(n * c, dtype=INDEX).reshape(n, c, *(1,) * (index.ndim - 2))
+    return (index.astype(INDEX, copy=False) + offsets * plane).reshape(-1)
 
 
 def _require_index(index, slot="Indices"):
@@ -264,7 +264,7 @@ def _register(nd):
                 "ints",
                 required=True,
                 check=lambda v: len(v) == nd and min(v) >= 1,
-                rule=f"{_WORDS[nd]} >= 1",
+                rule=f"{WORDS[nd]} >= 1",
             )
         },
         infer=_infer_unpool,
