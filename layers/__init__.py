@@ -18,7 +18,9 @@ from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
-from layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
+from layers.distance import CosineSimilarity, PairwiseDistance
+from layers.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, NLLLoss
+from layers.loss_more import HuberLoss, KLDivLoss, MSELoss, SmoothL1Loss
 from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
 from layers.pool import AvgPool2D, MaxPool2D
 from layers.rnn import GRUCell, LSTMCell
@@ -55,4 +57,12 @@ __all__ += [
     "BatchNorm1d",
     "BatchNorm2d",
     "LayerNorm",
+]
+__all__ += [
+    "BCELoss",
+    "HuberLoss",
+    "SmoothL1Loss",
+    "KLDivLoss",
+    "CosineSimilarity",
+    "PairwiseDistance",
 ]

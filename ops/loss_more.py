@@ -42,7 +42,8 @@ def _op(name, *args):
 
 # ---- binary cross-entropy on probabilities -------------------------------------------------
 
-_BCE_EPSILON = 1e-12  # PyTorch's floor of x * (1 - x) in the gradient
+# PyTorch's floor of x * (1 - x) in the gradient: 1e-12 rounded to float32, as its kernel uses it
+_BCE_EPSILON = float(np.float32(1e-12))
 
 
 def check_probabilities(xp, x):
