@@ -14,11 +14,11 @@ from layers.activation import (
 )
 from layers.container import Sequential
 from layers.conv import Conv2D
+from layers.distance import CosineSimilarity, PairwiseDistance
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
-from layers.distance import CosineSimilarity, PairwiseDistance
 from layers.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, NLLLoss
 from layers.loss_more import HuberLoss, KLDivLoss, MSELoss, SmoothL1Loss
 from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
