@@ -21,7 +21,7 @@ from layers.function import Function
 from layers.linear import Linear, Mean
 from layers.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, NLLLoss
 from layers.loss_more import HuberLoss, KLDivLoss, MSELoss, SmoothL1Loss
-from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
+from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from layers.pool import AvgPool2D, MaxPool2D
 from layers.rnn import GRUCell, LSTMCell
 
@@ -65,4 +65,5 @@ __all__ += [
     "KLDivLoss",
     "CosineSimilarity",
     "PairwiseDistance",
+    "GroupNorm",
 ]
