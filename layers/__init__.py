@@ -23,6 +23,7 @@ from layers.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, NLLLoss
 from layers.loss_more import HuberLoss, KLDivLoss, MSELoss, SmoothL1Loss
 from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from layers.pool import AvgPool2D, MaxPool2D
+from layers.recurrent import GRU, LSTM
 from layers.rnn import GRUCell, LSTMCell
 
 __all__ = [
@@ -66,4 +67,6 @@ __all__ += [
     "CosineSimilarity",
     "PairwiseDistance",
     "GroupNorm",
+    "LSTM",
+    "GRU",
 ]
