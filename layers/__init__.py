@@ -12,6 +12,7 @@ from layers.activation import (
     Softplus,
     Tanh,
 )
+from layers.attention import MultiheadAttention
 from layers.container import Sequential
 from layers.conv import Conv2D
 from layers.distance import CosineSimilarity, PairwiseDistance
@@ -25,6 +26,7 @@ from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, LayerNor
 from layers.pool import AvgPool2D, MaxPool2D
 from layers.recurrent import GRU, LSTM
 from layers.rnn import GRUCell, LSTMCell
+from layers.transformer import TransformerEncoderLayer
 
 __all__ = [
     "Linear",
@@ -69,4 +71,6 @@ __all__ += [
     "GroupNorm",
     "LSTM",
     "GRU",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
 ]
