@@ -113,9 +113,12 @@ class MultiheadAttention(Function):
         q_in, k_in, v_in = (self._batch_major(t, unbatched) for t in (query, key, value))
         batch, length, source = q_in.shape[0], q_in.shape[1], k_in.shape[1]
         q, k, v = self._project(q_in, k_in, v_in, query is key and key is value)
-        mask = self._mask(attn_mask, key_padding_mask, is_causal, q, batch, length, source)
+        causal = is_causal and attn_mask is None and key_padding_mask is None
+        mask = None
+        if not causal:
+            mask = self._mask(attn_mask, key_padding_mask, is_causal, q, batch, length, source)
         dropout = self.dropout if self.training else 0.0
-        out, weights = attention(q, k, v, mask, dropout_p=dropout)
+        out, weights = attention(q, k, v, mask, dropout_p=dropout, is_causal=causal)
         out = _op("transpose", out, perm=(0, 2, 1, 3))
         out = self.out_proj(_op("reshape", out, shape=(batch, length, self.embed_dim)))
         out = self._output_layout(out, unbatched)
