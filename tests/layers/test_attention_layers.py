@@ -183,3 +183,23 @@ def test_encoder_layer_with_a_custom_activation_and_float32():
     assert out.dtype == grad.dtype == np.float32
     with pytest.raises(ValueError, match="activation must be 'relu', 'gelu' or a function"):
         layers.TransformerEncoderLayer(8, 2, activation="swish")
+
+
+def _value_and_input_grad(layer, x, **kwargs):
+    tape.reset_global_tape()
+    xv = tape.Variable(x, requires_grad=True)
+    out = layer(xv, **kwargs)
+    (grad,) = tape.grad((out * out).sum(), [xv])
+    return out.numpy(), grad.numpy()
+
+
+def test_encoder_layer_lazy_mode_equals_eager():
+    layer = layers.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    x = RNG.standard_normal((2, 5, 8)).astype(np.float32)
+    padding = np.zeros((2, 5), bool)
+    padding[0, 4] = True
+    eager = _value_and_input_grad(layer, x, src_key_padding_mask=padding, is_causal=True)
+    with tape.lazy():
+        lazy = _value_and_input_grad(layer, x, src_key_padding_mask=padding, is_causal=True)
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -274,3 +274,33 @@ def test_float32_stays_float32_values_and_gradients(layer, inputs):
     assert out.dtype == np.float32
     (grad,) = tape.grad(out.sum(), [x])
     assert grad.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "layer, kind",
+    [
+        (layers.CrossEntropyLoss(weight=[1.0, 2.0, 3.0], label_smoothing=0.1), "classes"),
+        (layers.NLLLoss(weight=[1.0, 2.0, 3.0]), "classes"),
+        (layers.BCELoss(), "probabilities"),
+        (layers.KLDivLoss("batchmean"), "probabilities"),
+        (layers.SmoothL1Loss(beta=0.5), "probabilities"),
+        (layers.CosineSimilarity(), "probabilities"),
+        (layers.PairwiseDistance(p=3.0), "probabilities"),
+    ],
+)
+def test_lazy_mode_equals_eager(layer, kind):
+    x = RNG.uniform(0.1, 0.9, (4, 3))
+    target = np.array([0, 2, 1, -100]) if kind == "classes" else RNG.uniform(0.1, 0.9, (4, 3))
+
+    def run():
+        tape.reset_global_tape()
+        xv = tape.Variable(x, requires_grad=True)
+        out = layer(xv, target)
+        (grad,) = tape.grad(out.sum(), [xv])
+        return out.numpy(), grad.numpy()
+
+    eager = run()
+    with tape.lazy():
+        lazy = run()
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

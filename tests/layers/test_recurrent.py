@@ -137,3 +137,22 @@ def test_wrong_shapes_name_the_layer_and_the_shapes():
         layers.GRU(3, 4)(tape.Variable(np.zeros((0, 2, 3), np.float32)))
     with pytest.raises(ValueError, match="num_layers must be >= 1"):
         layers.GRU(3, 4, num_layers=0)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_lazy_mode_equals_eager(kind):
+    layer = getattr(layers, kind)(3, 4, num_layers=2, bidirectional=True)
+    x = RNG.standard_normal((6, 2, 3)).astype(np.float32)
+
+    def run():
+        tape.reset_global_tape()
+        xv = tape.Variable(x, requires_grad=True)
+        out = layer(xv)[0]
+        (grad,) = tape.grad((out * out).sum(), [xv])
+        return out.numpy(), grad.numpy()
+
+    eager = run()
+    with tape.lazy():
+        lazy = run()
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
