@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers.function import Function
+from ops.loss_more import check_probabilities
 from ops.registry import REGISTRY
 from ops.xp import array_module, as_array, default_module
 from tape.errors import ShapeError, user_location
@@ -247,6 +248,9 @@ class BCELoss(_Loss):
                 actual=f"target.shape={target.shape}",
                 location=user_location(),
             )
+        value = input._value
+        if value is not None and input._pending is None:
+            check_probabilities(array_module(value), value)
         loss = _op("bce_loss")(input, target)
         if self.weight is not None:
             loss = loss * _weight_like(self.weight, input)

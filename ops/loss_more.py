@@ -47,16 +47,18 @@ _BCE_EPSILON = float(np.float32(1e-12))
 
 
 def check_probabilities(xp, x):
-    """Raises when an entry of ``x`` lies outside [0, 1] (seen only at run time), as PyTorch."""
-    if x.size and (float(x.min()) < 0.0 or float(x.max()) > 1.0):
-        raise ValueError("all elements of X (probabilities) must be between 0 and 1")
+    """Raises when an entry of ``x`` lies outside [0, 1], as PyTorch's BCELoss does (the layer
+    calls it on values it can see; the kernel itself gives NaN there, as log does)."""
+    if x.size and not (float(x.min()) >= 0.0 and float(x.max()) <= 1.0):
+        raise ValueError("all elements of the input (probabilities) must be between 0 and 1")
 
 
 @register("bce_loss", inputs=("X", "Y"), infer=_infer_pair, elementwise=True)
 def bce_loss(xp, attrs, x, y):
     """Out = -(Y * max(log X, -100) + (1 - Y) * max(log(1 - X), -100)) elementwise, PyTorch's
     binary_cross_entropy (reduction "none") of probabilities X in [0, 1] against targets Y; the
-    logs are clamped at -100 so that X = 0 or 1 gives a finite loss.
+    logs are clamped at -100 so that X = 0 or 1 gives a finite loss; X outside [0, 1] gives NaN
+    (``layers.BCELoss`` raises there, as PyTorch, when it can see the values).
 
     dX = dOut * (X - Y) / max(X * (1 - X), 1e-12);  dY = dOut * (log(1 - X) - log(X)) (unclamped,
     as PyTorch).
@@ -65,8 +67,7 @@ def bce_loss(xp, attrs, x, y):
     >>> ops.bce_loss(tape.Variable(np.array([0.5, 0.0])), np.array([1.0, 1.0])).numpy().round(4)
     array([  0.6931, 100.    ])
     """
-    check_probabilities(xp, x)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_x = xp.maximum(xp.log(x), -100.0)
         log_rest = xp.maximum(xp.log1p(-x), -100.0)
     out = log_x - log_rest

@@ -133,6 +133,13 @@ ELEMENTWISE_CASES = [
     ),
     OpCase(
         "bce_loss",
+        {"X": np.array([-0.5, 1.5, 0.5]), "Y": np.array([1.0, 0.0, 1.0])},
+        reference=lambda x, y: np.array([np.nan, np.nan, np.log(2.0)]),
+        grad=False,
+        name="outside_zero_one_is_nan",
+    ),
+    OpCase(
+        "bce_loss",
         {"X": _probabilities((2, 3)), "Y": _probabilities((3,), 0.0, 1.0)},
         reference=_bce_reference,
         double_grad=True,
