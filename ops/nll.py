@@ -7,9 +7,11 @@ Cross-entropy with ``weight=`` or label smoothing is ``log_softmax`` followed by
 
 from __future__ import annotations
 
-from ops.infer import normalize_axis, require_float
+import numpy as np
+
+from ops.infer import normalize_axis, require_float, result_dtype
 from ops.nn import check_classes
-from ops.registry import Attr, register
+from ops.registry import REGISTRY, Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
@@ -23,7 +25,7 @@ def _class_axis(attrs, x_shape):
     return normalize_axis(None, attrs["axis"], len(x_shape))
 
 
-def _check_label_and_weight(label, weight, classes, dtype, expected_label):
+def _check_label_and_weight(label, weight, classes, expected_label):
     if label.dtype.kind not in "iu":
         raise DTypeError(
             None,
@@ -46,10 +48,7 @@ def _check_label_and_weight(label, weight, classes, dtype, expected_label):
                 expected=f"Weight.shape == ({classes},)",
                 actual=f"Weight.shape={weight.shape}",
             )
-        if weight.dtype != dtype:
-            raise DTypeError(
-                None, "Weight must have X's dtype", expected=str(dtype), actual=str(weight.dtype)
-            )
+        require_float(None, weight, "Weight")
 
 
 def _infer_nll(attrs, x, label, weight):
@@ -58,17 +57,20 @@ def _infer_nll(attrs, x, label, weight):
         raise ShapeError(None, "X needs a class axis", expected="X (C,) or (N, C, ...)")
     axis = _class_axis(attrs, x.shape)
     label_shape = tuple(d for i, d in enumerate(x.shape) if i != axis)
-    _check_label_and_weight(label, weight, x.shape[axis], x.dtype, label_shape)
-    return label_shape, x.dtype
+    _check_label_and_weight(label, weight, x.shape[axis], label_shape)
+    return label_shape, x.dtype if weight is None else result_dtype(x, weight)
 
 
 def _picked_weights(xp, attrs, label, weight, classes, dtype):
-    """(the targets with ignored ones pointing at class 0, W[target] with 0 where ignored)."""
+    """(the targets with ignored ones pointing at class 0, W[target] with 0 where ignored), the
+    weights in numpy's promotion of ``dtype`` and Weight's."""
     ignored = label == attrs["ignore_index"]
     safe = xp.where(ignored, 0, label)
     check_classes(xp, safe, classes)
-    picked = xp.ones(label.shape, dtype) if weight is None else weight[safe]
-    return safe, xp.where(ignored, 0, picked).astype(dtype, copy=False)
+    if weight is None:
+        return safe, xp.where(ignored, 0, xp.ones(label.shape, dtype))
+    picked = weight[safe].astype(np.result_type(dtype, weight.dtype), copy=False)
+    return safe, xp.where(ignored, 0, picked)
 
 
 @register(
@@ -85,6 +87,7 @@ def nll_loss(xp, attrs, x, label, weight):
 
     dX = nll_loss_grad(Label, Weight, dOut): -Weight[c] * dOut at the target class, 0 elsewhere.
     Label and Weight get no gradient (PyTorch does not differentiate the class weights either).
+    Out's dtype is numpy's promotion of X's and Weight's.
 
     >>> import numpy as np, tape, ops
     >>> logp = tape.Variable(np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]])))
@@ -102,7 +105,10 @@ def _(g):
     x, label, weight = g.inputs
     axis = _class_axis(g.attrs, x.shape)
     attrs = {**g.attrs, "axis": axis, "depth": x.shape[axis]}
-    return apply(nll_loss_grad, (label, weight, g.gouts[0]), attrs), None, None
+    gx = apply(nll_loss_grad, (label, weight, g.gouts[0]), attrs)
+    if gx.dtype != x.dtype:  # a float64 Weight promotes; the gradient keeps X's dtype
+        gx = apply(REGISTRY["cast"], (gx,), {"out_dtype": x.dtype.name})
+    return gx, None, None
 
 
 def _infer_nll_grad(attrs, label, weight, gout):
@@ -115,8 +121,9 @@ def _infer_nll_grad(attrs, label, weight, gout):
             expected=f"0 <= axis <= Out@GRAD.ndim == {len(gout.shape)}",
             actual=str(axis),
         )
-    _check_label_and_weight(label, weight, depth, gout.dtype, tuple(gout.shape))
-    return tuple(gout.shape[:axis]) + (depth,) + tuple(gout.shape[axis:]), gout.dtype
+    _check_label_and_weight(label, weight, depth, tuple(gout.shape))
+    dtype = gout.dtype if weight is None else result_dtype(gout, weight)
+    return tuple(gout.shape[:axis]) + (depth,) + tuple(gout.shape[axis:]), dtype
 
 
 @register(
@@ -146,6 +153,9 @@ def nll_loss_grad(xp, attrs, label, weight, gout):
 
 @nll_loss_grad.gradient
 def _(g):
-    label, weight, _ = g.inputs
+    label, weight, gout = g.inputs
     attrs = {"axis": g.attrs["axis"], "ignore_index": g.attrs["ignore_index"]}
-    return None, None, apply(nll_loss, (g.gouts[0], label, weight), attrs)
+    ggout = apply(nll_loss, (g.gouts[0], label, weight), attrs)
+    if ggout.dtype != gout.dtype:
+        ggout = apply(REGISTRY["cast"], (ggout,), {"out_dtype": gout.dtype.name})
+    return None, None, ggout

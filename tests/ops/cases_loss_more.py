@@ -91,6 +91,17 @@ NLL_CASES = [
     ),
     OpCase(
         "nll_loss",
+        {
+            "X": (3, 4),
+            "Label": _labels((3,), 4),
+            "Weight": lambda rng, dt: rng.uniform(0.1, 1.0, 4),  # float64 whatever X's dtype
+        },
+        reference=_nll_reference,
+        grad_inputs=("X",),
+        name="float64_weight_promotes",
+    ),
+    OpCase(
+        "nll_loss",
         {"X": (4, 3), "Label": np.array([0, 2, 1, 2])},
         {"ignore_index": 2},
         reference=_nll_reference,
