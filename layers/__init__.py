@@ -24,15 +24,18 @@ from layers.activation import (
     Softsign,
     Tanh,
 )
+from layers.attention import MultiheadAttention
 from layers.container import Sequential
 from layers.conv import Conv1D, Conv2D, Conv3D
 from layers.conv_transpose import ConvTranspose1D, ConvTranspose2D, ConvTranspose3D
+from layers.distance import CosineSimilarity, PairwiseDistance
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
-from layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
-from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
+from layers.loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, NLLLoss
+from layers.loss_more import HuberLoss, KLDivLoss, MSELoss, SmoothL1Loss
+from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from layers.pool import AvgPool1D, AvgPool2D, AvgPool3D, MaxPool1D, MaxPool2D, MaxPool3D
 from layers.pool_adaptive import (
     AdaptiveAvgPool1D,
@@ -45,7 +48,9 @@ from layers.pool_adaptive import (
     MaxUnpool2D,
     MaxUnpool3D,
 )
+from layers.recurrent import GRU, LSTM
 from layers.rnn import GRUCell, LSTMCell
+from layers.transformer import TransformerEncoderLayer
 from layers.upsample import Upsample
 
 __all__ = [
@@ -113,4 +118,15 @@ __all__ += [
     "MaxUnpool2D",
     "MaxUnpool3D",
     "Upsample",
+    "BCELoss",
+    "HuberLoss",
+    "SmoothL1Loss",
+    "KLDivLoss",
+    "CosineSimilarity",
+    "PairwiseDistance",
+    "GroupNorm",
+    "LSTM",
+    "GRU",
+    "MultiheadAttention",
+    "TransformerEncoderLayer",
 ]

@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from layers.function import Function
+from ops.loss_more import check_probabilities
 from ops.registry import REGISTRY
-from ops.xp import array_module, default_module
+from ops.xp import array_module, as_array, default_module
+from tape.errors import ShapeError, user_location
 from tape.variable import Variable
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -31,7 +33,8 @@ class _Loss(Function):
         self.reduction = reduction
 
     def _reduce(self, loss, valid=None):
-        """``loss`` reduced; for "mean" with a mask ``valid``, divided by its count."""
+        """``loss`` reduced; for "mean" with ``valid`` (a 0/1 mask or per-element weights),
+        divided by its sum."""
         if self.reduction == "none":
             return loss
         total = _op("reduce_sum")(loss)
@@ -40,6 +43,18 @@ class _Loss(Function):
         if valid is None:
             return _op("mean")(loss)
         return total / _op("reduce_sum")(valid)
+
+    def _denominator(self, target, weight, dtype):
+        """For "mean" over class targets: weight[target] (1 without weights) where the target is
+        not ``ignore_index``, else 0; "mean" divides by its sum (PyTorch's rule)."""
+        if self.reduction != "mean":
+            return None
+        valid = _valid(target, self.ignore_index, dtype)
+        if weight is None:
+            return valid
+        zero = Variable(np.zeros((), target.dtype))
+        safe = _op("where")(_op("equal")(target, self.ignore_index), zero, target)
+        return _op("gather")(weight, safe, axis=0) * valid
 
     def __repr__(self):
         return f"{type(self).__name__}(reduction={self.reduction!r})"
@@ -70,30 +85,58 @@ def _class_axis(logits):
     return 0 if len(logits.shape) == 1 else 1
 
 
-class MSELoss(_Loss):
-    """(input - target)**2, reduced (op ``mse``).
+def _constant_array(value):
+    """A weight given as an array, list or Variable, kept as an array (a constant)."""
+    if isinstance(value, Variable):
+        value = value.value()
+    value = as_array(value)
+    if value.dtype.kind not in "iuf":
+        raise TypeError(f"weights must be numbers, got dtype {value.dtype}")
+    return value
 
-    >>> import numpy as np, tape, layers
-    >>> layers.MSELoss()(tape.Variable(np.array([1.0, 3.0])), np.array([0.0, 1.0])).numpy()
-    array(2.5)
-    """
 
-    def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
-        return _op("mse")(input, target, reduction=self.reduction)
+def _class_weights(weight):
+    if weight is None:
+        return None
+    weight = _constant_array(weight)
+    if weight.ndim != 1:
+        raise ValueError(f"weight must hold one weight per class (C,), got shape {weight.shape}")
+    return weight
+
+
+def _weight_like(weight, input):
+    """The constant ``weight`` as a Variable of the input's dtype, on the input's device."""
+    if weight is None:
+        return None
+    value = input._value
+    xp = array_module(value) if value is not None else default_module()
+    return Variable(xp.asarray(weight, dtype=input.dtype))
+
+
+def _along(weight, axis, input):
+    """The (C,) class weights shaped to broadcast along ``axis`` of ``input``."""
+    shape = [1] * len(input.shape)
+    shape[axis] = input.shape[axis]
+    return _op("reshape")(weight, shape=tuple(shape))
 
 
 class CrossEntropyLoss(_Loss):
-    """Softmax cross-entropy of logits against class indices (or class probabilities).
+    """Softmax cross-entropy of logits against class indices (or class probabilities), as
+    ``torch.nn.CrossEntropyLoss``.
 
     Args:
         reduction: "mean", "sum" or "none".
         ignore_index: targets equal to it add nothing and are not counted by "mean".
         label_smoothing: eps in [0, 1]; the target becomes (1 - eps) * onehot + eps / C, so
-            loss = (1 - eps) * -log p[y] + eps / C * sum_c -log p[c] (PyTorch's definition).
+            loss = (1 - eps) * w[y] * -log p[y] + eps / C * sum_c w[c] * -log p[c] (PyTorch's).
+        weight: None or one weight per class (C,), a constant (no gradient). "mean" then divides
+            by the sum of w[y] over the targets that are not ignored (PyTorch's rule, also for
+            the smoothing term); for probability targets it divides by the number of samples.
 
     ``input`` is (N, C), (N, C, d1, ...) or (C,); ``target`` holds integer classes of shape
-    (N,), (N, d1, ...) or (), or probabilities of ``input``'s shape.
+    (N,), (N, d1, ...) or (), or probabilities of ``input``'s shape. Without weight and
+    smoothing one fused ``softmax_with_cross_entropy`` op does the work; otherwise
+    ``log_softmax`` and ``nll_loss``.
 
     >>> import numpy as np, tape, layers
     >>> logits = tape.Variable(np.log(np.array([[0.5, 0.25, 0.25]])))
@@ -101,11 +144,12 @@ class CrossEntropyLoss(_Loss):
     True
     """
 
-    def __init__(self, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    def __init__(self, reduction="mean", ignore_index=-100, label_smoothing=0.0, weight=None):
         super().__init__(reduction)
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be between 0 and 1, got {label_smoothing}")
         self.ignore_index, self.label_smoothing = int(ignore_index), float(label_smoothing)
+        self.weight = _class_weights(weight)
 
     def forward(self, input, target):
         axis = _class_axis(input)
@@ -113,18 +157,25 @@ class CrossEntropyLoss(_Loss):
         if target.dtype.kind == "f":
             return self._soft(input, target, axis)
         target = _signed(target)
-        attrs = {"axis": axis, "ignore_index": self.ignore_index}
-        nll = _op("softmax_with_cross_entropy")(input, target, **attrs).loss
-        loss = _op("reshape")(nll, shape=target.shape)  # drop the size-1 class axis
+        if self.weight is None and self.label_smoothing == 0.0:
+            attrs = {"axis": axis, "ignore_index": self.ignore_index}
+            nll = _op("softmax_with_cross_entropy")(input, target, **attrs).loss
+            loss = _op("reshape")(nll, shape=target.shape)  # drop the size-1 class axis
+            valid = None
+            if self.reduction == "mean":
+                valid = _valid(target, self.ignore_index, input.dtype)
+            return self._reduce(loss, valid)
+        log_probs = _op("log_softmax")(input, axis=axis)
+        weight = _weight_like(self.weight, input)
+        loss = _op("nll_loss")(log_probs, target, weight, axis=axis, ignore_index=self.ignore_index)
         eps = self.label_smoothing
-        valid = None
-        if self.reduction == "mean" or eps > 0.0:
-            valid = _valid(target, self.ignore_index, input.dtype)
         if eps > 0.0:
-            log_probs = _op("log_softmax")(input, axis=axis)
-            spread = _op("reduce_sum")(log_probs, axis=axis) * valid
-            loss = loss * (1.0 - eps) - spread * (eps / input.shape[axis])
-        return self._reduce(loss, valid)
+            spread = log_probs if weight is None else log_probs * _along(weight, axis, input)
+            smooth = -_op("reduce_sum")(spread, axis=axis) * _valid(
+                target, self.ignore_index, input.dtype
+            )
+            loss = loss * (1.0 - eps) + smooth * (eps / input.shape[axis])
+        return self._reduce(loss, self._denominator(target, weight, input.dtype))
 
     def _soft(self, input, target, axis):
         if self.label_smoothing > 0.0:
@@ -132,6 +183,10 @@ class CrossEntropyLoss(_Loss):
             target = _op("scale")(
                 target, scale=1.0 - self.label_smoothing, bias=self.label_smoothing / classes
             )
+        if self.weight is not None:
+            weighted = target * _along(_weight_like(self.weight, input), axis, input)
+            log_probs = _op("log_softmax")(input, axis=axis)
+            return self._reduce(-_op("reduce_sum")(log_probs * weighted, axis=axis))
         loss = _op("softmax_with_cross_entropy")(input, target, axis=axis, soft_label=True).loss
         shape = tuple(d for i, d in enumerate(input.shape) if i != axis)
         return self._reduce(_op("reshape")(loss, shape=shape))
@@ -144,8 +199,9 @@ class CrossEntropyLoss(_Loss):
 
 
 class NLLLoss(_Loss):
-    """-input[target] for log-probabilities ``input`` (N, C), (N, C, d1, ...) or (C,) and
-    integer targets (N,), (N, d1, ...) or (); ``ignore_index`` as in CrossEntropyLoss.
+    """-weight[target] * input[target] for log-probabilities ``input`` (N, C), (N, C, d1, ...)
+    or (C,) and integer targets (N,), (N, d1, ...) or () (op ``nll_loss``); ``ignore_index`` and
+    ``weight`` as in CrossEntropyLoss ("mean" divides by the sum of the picked weights).
 
     >>> import numpy as np, tape, layers
     >>> log_probs = tape.Variable(np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]])))
@@ -153,23 +209,52 @@ class NLLLoss(_Loss):
     array([0.6931, 1.204 ])
     """
 
-    def __init__(self, reduction="mean", ignore_index=-100):
+    def __init__(self, reduction="mean", ignore_index=-100, weight=None):
         super().__init__(reduction)
         self.ignore_index = int(ignore_index)
+        self.weight = _class_weights(weight)
 
     def forward(self, input, target):
         axis = _class_axis(input)
         target = _signed(_as_variable(target))
-        ignored = _op("equal")(target, self.ignore_index)
-        # Ignored targets pick class 0, then are masked out (one_hot rejects out-of-range ids).
-        safe = _op("where")(ignored, _as_variable(np.zeros((), target.dtype)), target)
-        picks = _op("one_hot")(safe, depth=input.shape[axis], dtype=input.dtype)
-        if axis == 1 and len(input.shape) > 2:  # one_hot's classes are last: move input's there
-            perm = (0,) + tuple(range(2, len(input.shape))) + (1,)
-            input = _op("transpose")(input, perm=perm)
-        valid = _valid(target, self.ignore_index, input.dtype)
-        picked = _op("reduce_sum")(input * picks, axis=-1)
-        return self._reduce(-(picked * valid), valid)
+        weight = _weight_like(self.weight, input)
+        loss = _op("nll_loss")(input, target, weight, axis=axis, ignore_index=self.ignore_index)
+        return self._reduce(loss, self._denominator(target, weight, input.dtype))
+
+
+class BCELoss(_Loss):
+    """Binary cross-entropy of probabilities ``input`` in [0, 1] against ``target`` of the same
+    shape: -w * (y * log x + (1 - y) * log(1 - x)) with each log clamped at -100, as
+    ``torch.nn.BCELoss`` (op ``bce_loss``). ``weight`` (broadcasting against ``input``)
+    rescales each element.
+
+    >>> import numpy as np, tape, layers
+    >>> loss = layers.BCELoss()(tape.Variable(np.array([0.5, 0.5])), np.array([0.0, 1.0]))
+    >>> bool(np.isclose(loss.numpy(), np.log(2)))
+    True
+    """
+
+    def __init__(self, reduction="mean", weight=None):
+        super().__init__(reduction)
+        self.weight = None if weight is None else _constant_array(weight)
+
+    def forward(self, input, target):
+        target = _as_variable(target, input.dtype)
+        if tuple(target.shape) != tuple(input.shape):
+            raise ShapeError(
+                "bce_loss",
+                "BCELoss needs a target of the input's shape",
+                expected=f"target.shape == {input.shape}",
+                actual=f"target.shape={target.shape}",
+                location=user_location(),
+            )
+        value = input._value
+        if value is not None and input._pending is None:
+            check_probabilities(array_module(value), value)
+        loss = _op("bce_loss")(input, target)
+        if self.weight is not None:
+            loss = loss * _weight_like(self.weight, input)
+        return self._reduce(loss)
 
 
 class BCEWithLogitsLoss(_Loss):
@@ -213,4 +298,4 @@ class BCEWithLogitsLoss(_Loss):
         return Variable(xp.asarray(self.pos_weight - 1.0, dtype=input.dtype))
 
 
-__all__ = ["MSELoss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss"]
+__all__ = ["CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss"]

@@ -1,6 +1,9 @@
-"""BatchNorm (with running statistics as buffers) and LayerNorm, recording the norm ops."""
+"""BatchNorm (with running statistics as buffers), LayerNorm and GroupNorm, recording the norm
+ops."""
 
 from __future__ import annotations
+
+import math
 
 from layers import init
 from layers.function import Function
@@ -170,5 +173,66 @@ class LayerNorm(Function):
         return f"LayerNorm({self.normalized_shape}, eps={self.eps})"
 
 
+class GroupNorm(Function):
+    """Normalises each sample's channels in ``num_groups`` groups, each over its channels and all
+    spatial positions, then applies a per-channel ``weight`` (init 1) and ``bias`` (init 0), as
+    ``torch.nn.GroupNorm``. Composed: the (N, C, ...) input reshaped to (N, groups, rest) goes
+    through one ``layer_norm`` op (its fused gradient included), then the per-channel affine map.
+
+    Args:
+        num_groups: G, dividing num_channels.
+        num_channels: C, the input's axis 1.
+        eps: added to the variance before the square root.
+        affine: learn ``weight`` and ``bias`` (C,).
+        dtype: the parameters' dtype.
+
+    >>> import numpy as np, tape, layers
+    >>> gn = layers.GroupNorm(1, 2)
+    >>> gn(tape.Variable(np.array([[[1.0], [3.0]]], np.float32))).numpy().round(3)[0, :, 0]
+    array([-1.,  1.], dtype=float32)
+    """
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype="float32"):
+        super().__init__()
+        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
+        if self.num_groups < 1 or self.num_channels % self.num_groups:
+            raise ValueError(
+                f"num_channels ({self.num_channels}) must be divisible by num_groups "
+                f"({self.num_groups})"
+            )
+        self.eps, self.affine = float(eps), bool(affine)
+        self.weight = self.bias = None
+        if affine:
+            shape = (self.num_channels,)
+            self.weight = self.create_parameter(shape, init.ones(), dtype, name="GroupNormScale")
+            self.bias = self.create_parameter(shape, init.zeros(), dtype, name="GroupNormBias")
+        self._ln_attrs = _LN.check_attrs({"begin_norm_axis": 2, "epsilon": self.eps})
+
+    def forward(self, x):
+        if len(x.shape) < 2 or x.shape[1] != self.num_channels:
+            raise ShapeError(
+                "layer_norm",
+                f"{self!r} expects {self.num_channels} channels",
+                expected=f"X (N, {self.num_channels}, ...)",
+                actual=f"X.shape={x.shape}",
+                location=user_location(),
+            )
+        rest = math.prod(x.shape[1:]) // self.num_groups
+        grouped = apply(_RESHAPE, (x,), {"shape": (x.shape[0], self.num_groups, rest)})
+        y, _, _ = apply(_LN, (grouped, None, None), self._ln_attrs)
+        y = apply(_RESHAPE, (y,), {"shape": tuple(x.shape)})
+        if self.affine:
+            y = apply(_MUL, (y, self.weight), _CHANNEL_AXIS)
+            y = apply(_ADD, (y, self.bias), _CHANNEL_AXIS)
+        return y
+
+    def __repr__(self):
+        return f"GroupNorm({self.num_groups}, {self.num_channels}, eps={self.eps})"
+
+
 _BN = REGISTRY["batch_norm"]
 _LN = REGISTRY["layer_norm"]
+_RESHAPE = REGISTRY["reshape"]
+_MUL = REGISTRY["elementwise_mul"]
+_ADD = REGISTRY["elementwise_add"]
+_CHANNEL_AXIS = {"axis": 1}  # Paddle's axis: a (C,) vector lines up with axis 1

@@ -23,6 +23,7 @@ from ops import stats, along, order, scan, scan_grad, truth, pnorm  # noqa: F401
 from ops import arithmetic, trig, exp_log, rounding, logical, nonfinite  # noqa: F401
 from ops import activation_smooth, activation_hard  # noqa: F401
 from ops import conv_transpose, pool_index, interpolate, pool_adaptive  # noqa: F401
+from ops import nll, loss_more, distance  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
@@ -30,5 +31,7 @@ registry._dispatch = _engine.dispatch
 _operators.install()
 globals().update(REGISTRY)
 from ops.aliases import *  # noqa: E402,F401,F403
+from ops.attention import scaled_dot_product_attention  # noqa: E402,F401
 
 __all__ = sorted(REGISTRY) + ["REGISTRY", "OpDef", "lookup", "register"]
+__all__ += ["scaled_dot_product_attention"]

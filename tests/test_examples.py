@@ -81,6 +81,32 @@ def test_char_lstm_unrolls_as_many_steps_as_the_batch_is_long():
         assert logits.shape == (2, length, 7) and h.shape == c.shape == (2, 5)
 
 
+def test_char_transformer_quick_trains_and_samples():
+    char_transformer = load_example("char_transformer")
+    results = char_transformer.main(["--quick", "--prompt", "Alice "])
+    losses = results["losses"]
+    assert len(losses) == 12 and all_finite(losses)
+    assert np.mean(losses[-3:]) < losses[0]
+    held_out = [loss for _, loss in results["valid_losses"]]
+    assert held_out[-1] < held_out[0] and all_finite(held_out)
+    sample = results["sample"]
+    assert sample.startswith("Alice ") and len(sample) == len("Alice ") + 40
+    assert set(sample) <= set(char_transformer.load_text())
+
+
+def test_char_transformer_is_causal():
+    """Changing a later character never changes the scores at earlier positions."""
+    char_transformer = load_example("char_transformer")
+    model = char_transformer.CharTransformer(vocab_size=9, context=8, dim=16, heads=2, depth=2)
+    model.eval()
+    ids = np.random.default_rng(0).integers(0, 9, size=(2, 8))
+    changed = ids.copy()
+    changed[:, 5] = (changed[:, 5] + 1) % 9
+    before, after = model(ids).numpy(), model(changed).numpy()
+    np.testing.assert_allclose(before[:, :5], after[:, :5], rtol=1e-6, atol=1e-6)
+    assert not np.allclose(before[:, 5:], after[:, 5:])
+
+
 def test_tree_rnn_quick_loss_falls():
     tree_rnn = load_example("tree_rnn")
     results = tree_rnn.main(["--quick"])
