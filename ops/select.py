@@ -68,7 +68,7 @@ def slice(xp, attrs, x):  # noqa: A001  (Paddle's name)
 
     dX = slice_grad(X, dOut): dOut written into zeros of X's shape.
     """
-    out = x[_slice_index(attrs, x.ndim)]
+    out = x[_slice_index(attrs, x.ndim) + (Ellipsis,)]  # '...': a 0-d array, never a scalar
     if attrs["decrease_axis"]:
         out = xp.squeeze(out, axis=attrs["decrease_axis"])
     return out
@@ -104,7 +104,8 @@ def slice_grad(xp, attrs, x, gout):
     d(Out@GRAD) = slice(dOut); X gets no gradient.
     """
     gx = xp.zeros(x.shape, dtype=gout.dtype)
-    window = gx[_slice_index(attrs, len(x.shape))]
+    # The trailing '...' makes the window a view even of a 0-d X (``gx[()]`` is a scalar copy).
+    window = gx[_slice_index(attrs, len(x.shape)) + (Ellipsis,)]
     window[...] = gout.reshape(window.shape)
     return gx
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import ops
 import tape
 from tape.testing import gradcheck
 
@@ -225,3 +226,14 @@ def test_float_variable_index_is_a_dtype_error():
     x = tape.Variable(np.zeros((3, 4)))
     with pytest.raises(TypeError, match="input Index must hold integers"):
         x[tape.Variable(np.array([0.0, 1.0]))]
+
+
+def test_backward_of_a_slice_of_a_0d_array():
+    # Slicing a 0-d array selects the whole of it; its gradient used to crash writing into
+    # ``zeros[()]``, which numpy returns as a scalar copy rather than a view.
+    x = tape.Variable(np.float32(2.0), requires_grad=True)
+    y = ops.slice(x, axes=[], starts=[], ends=[])
+    assert y.shape == () and y.numpy() == np.float32(2.0)
+    tape.backward(y * 3.0)
+    assert x.grad().dtype == np.float32
+    np.testing.assert_array_equal(x.grad().numpy(), np.float32(3.0))
