@@ -20,6 +20,7 @@ from ops import elementwise, unary, special, activation, compare, reduce, matmul
 from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru  # noqa: F401
 from ops import movement, padding, triangular  # noqa: F401
+from ops import contraction  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
