@@ -19,8 +19,8 @@ from ops.registry import REGISTRY, OpDef, lookup, register
 from ops import elementwise, unary, special, activation, compare, reduce, matmul  # noqa: F401
 from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru  # noqa: F401
-from ops import movement, padding, triangular  # noqa: F401
-from ops import contraction  # noqa: F401
+from ops import movement, padding, triangular, contraction, along_axis, scattering  # noqa: F401
+from ops import advanced_indexing, masking  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
@@ -28,7 +28,8 @@ registry._dispatch = _engine.dispatch
 _operators.install()
 globals().update(REGISTRY)
 from ops.aliases import *  # noqa: E402,F401,F403
+from ops.masking import *  # noqa: E402,F401,F403
 from ops.rearrange import *  # noqa: E402,F401,F403
 
-_FUNCTIONS = rearrange.__all__  # noqa: F405
+_FUNCTIONS = masking.__all__ + rearrange.__all__  # noqa: F405
 __all__ = sorted(set(REGISTRY) | set(_FUNCTIONS)) + ["REGISTRY", "OpDef", "lookup", "register"]

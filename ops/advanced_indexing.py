@@ -1,0 +1,233 @@
+"""numpy's advanced indexing as ops: ``index`` (``x[i0, :, i1]``) and its functional update
+``index_put`` (``x[i0, :, i1] = v`` out of place, or ``+=`` with ``accumulate``), each the other's
+gradient.
+
+An index is a list of items, one per entry of the Python index: a slice, a new axis (``None``),
+an int, or an integer array (the next Variable of Indices). The attribute ``kinds`` codes them
+(``SLICE``, ``NEWAXIS``, ``INT``, ``ARRAY``) and ``starts``/``ends``/``strides`` hold each
+item's slice bounds (an int item's value in ``starts``); axes after the last item are taken
+whole. Without ``kinds`` every Index array indexes one leading axis (``ops.index(x, [i, j])`` is
+``x[i, j]``, PyTorch's ``index_put(x, (i, j), v)``). The kernels hand exactly this index to
+numpy (or cupy), so the result is numpy's: the arrays and ints broadcast together, and their
+axes replace the indexed ones in place when the arrays are adjacent, else go first.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from ops.infer import broadcast_shapes
+from ops.registry import Attr, register
+from tape.errors import AttrError, DTypeError, IndexingError
+from tape.tape import apply
+
+SLICE, NEWAXIS, INT, ARRAY = 0, 1, 2, 3
+
+_INDEX_ATTRS = {
+    "kinds": Attr("ints", ()),
+    "starts": Attr("ints", ()),
+    "ends": Attr("ints", ()),
+    "strides": Attr("ints", ()),
+}
+
+
+def _items(attrs, count):
+    kinds = attrs["kinds"] or (ARRAY,) * count
+    starts = attrs["starts"] or (0,) * len(kinds)
+    ends = attrs["ends"] or (0,) * len(kinds)
+    strides = attrs["strides"] or (1,) * len(kinds)
+    if len({len(kinds), len(starts), len(ends), len(strides)}) != 1 or kinds.count(ARRAY) != count:
+        raise AttrError(
+            None,
+            "the index attributes do not describe the Indices given",
+            expected=f"kinds, starts, ends, strides of one length, {count} of kind ARRAY ({ARRAY})",
+            actual=f"kinds={attrs['kinds']}, {count} Indices",
+        )
+    return list(zip(kinds, starts, ends, strides))
+
+
+def python_index(attrs, indices):
+    """The Python index tuple the attributes and the Indices arrays describe."""
+    arrays, out = iter(indices), []
+    for kind, start, end, stride in _items(attrs, len(indices)):
+        if kind == SLICE:
+            out.append(builtins.slice(start, end, stride))
+        elif kind == NEWAXIS:
+            out.append(None)
+        elif kind == INT:
+            out.append(start)
+        else:
+            out.append(next(arrays))
+    return tuple(out)
+
+
+def _check_array(k, index, n, axis):
+    if index.dtype.kind not in "iu":
+        raise DTypeError(
+            None,
+            f"Indices[{k}] must hold integers",
+            expected="an integer dtype",
+            actual=str(index.dtype),
+            hint="x[mask] indexes with a boolean mask",
+        )
+    known = getattr(index, "_value", None)
+    if known is not None and known.size and (int(known.min()) < -n or int(known.max()) >= n):
+        bad = int(known.max()) if int(known.max()) >= n else int(known.min())
+        raise IndexingError(
+            None,
+            f"index {bad} is out of range for axis {axis} of extent {n}",
+            expected=f"-{n} <= Indices[{k}] < {n}",
+            actual=f"Indices[{k}] values in [{int(known.min())}, {int(known.max())}]",
+        )
+
+
+def indexed_shape(attrs, x_shape, indices):
+    """The shape of ``x[index]`` by numpy's rules, checking every item against X."""
+    items = _items(attrs, len(indices))
+    used = sum(1 for item in items if item[0] != NEWAXIS)
+    if used > len(x_shape):
+        raise IndexingError(
+            None,
+            "too many indices",
+            expected=f"at most {len(x_shape)} (X.shape={x_shape})",
+            actual=str(used),
+        )
+    has_arrays, axis, arrays = bool(indices), 0, iter(enumerate(indices))
+    before, after, broadcast, places = [], [], (), []
+    for place, (kind, start, end, stride) in enumerate(items):
+        dims = after if places else before
+        if kind == NEWAXIS:
+            dims.append(1)
+            continue
+        n = x_shape[axis]
+        if kind == SLICE:
+            if stride == 0:
+                raise AttrError(None, "a slice step cannot be zero", actual=f"item {place}")
+            dims.append(len(range(*builtins.slice(start, end, stride).indices(n))))
+        elif kind == INT:
+            if not -n <= start < n:
+                raise IndexingError(
+                    None,
+                    f"index {start} is out of range for axis {axis} of extent {n}",
+                    expected=f"-{n} <= index < {n}",
+                    actual=str(start),
+                )
+            if has_arrays:
+                places.append(place)
+        else:
+            k, index = next(arrays)
+            _check_array(k, index, n, axis)
+            shape = broadcast_shapes(
+                None, broadcast, index.shape, "earlier indices", f"Indices[{k}]"
+            )
+            broadcast = shape
+            places.append(place)
+        axis += 1
+    after.extend(x_shape[axis:])
+    if not places:
+        return tuple(before + after)
+    adjacent = places == list(range(places[0], places[0] + len(places)))
+    if adjacent:
+        return tuple(before) + broadcast + tuple(after)
+    return broadcast + tuple(before + after)
+
+
+def _infer_index(attrs, x, indices):
+    return indexed_shape(attrs, x.shape, indices), x.dtype
+
+
+@register(
+    "index",
+    inputs=("X", "Indices*"),
+    attrs=_INDEX_ATTRS,
+    infer=_infer_index,
+    no_need_buffer=("X",),
+)
+def index(xp, attrs, x, indices):
+    """Out = X[index] by numpy's rules, for an index of slices, None, ints and integer arrays
+    (see the module docstring).
+
+    dX = index_put(zeros like X, Indices, dOut, accumulate=True): repeated positions add up.
+
+    >>> import numpy as np, tape, ops
+    >>> x = tape.Variable(np.arange(12).reshape(3, 4))
+    >>> ops.index(x, [np.array([0, 2]), np.array([1, 3])]).numpy()  # x[[0, 2], [1, 3]]
+    array([ 1, 11])
+    """
+    return x[python_index(attrs, indices)]
+
+
+@index.gradient
+def _(g):
+    x, indices = g.inputs
+    zeros = apply(_fill_zeros_like(), (x,), {})
+    return apply(index_put, (zeros, indices, g.gouts[0]), dict(g.attrs, accumulate=True)), None
+
+
+def _fill_zeros_like():
+    from ops.fill import fill_zeros_like
+
+    return fill_zeros_like
+
+
+def _infer_index_put(attrs, x, indices, values):
+    target = indexed_shape(attrs, x.shape, indices)
+    if len(values.shape) > len(target) or broadcast_shapes(None, values.shape, target) != target:
+        raise IndexingError(
+            None,
+            "Values cannot be broadcast to the indexed shape",
+            expected=f"a shape that broadcasts to {target}",
+            actual=f"Values.shape={values.shape}",
+        )
+    return x.shape, x.dtype
+
+
+@register(
+    "index_put",
+    inputs=("X", "Indices*", "Values"),
+    attrs=dict(_INDEX_ATTRS, accumulate=Attr("bool", False)),
+    infer=_infer_index_put,
+)
+def index_put(xp, attrs, x, indices, values):
+    """Out = a copy of X with X[index] = Values (broadcast, cast to X's dtype), or with Values
+    added there when ``accumulate`` (repeated positions then add up; without it one of the
+    repeated writes wins, as in PyTorch). X itself is unchanged: this is ``x[index] = v`` out of
+    place (PyTorch's ``index_put``).
+
+    dX = dOut, with the written positions zeroed unless ``accumulate``;
+    dValues = dOut[index] summed to Values' shape.
+
+    >>> import numpy as np, tape, ops
+    >>> x = tape.Variable(np.zeros(4, np.float32))
+    >>> ops.index_put(x, [np.array([0, 0, 3])], np.float32(1.0), accumulate=True).numpy()
+    array([2., 0., 0., 1.], dtype=float32)
+    """
+    where = python_index(attrs, indices)
+    out = x.copy()
+    if attrs["accumulate"]:
+        xp.add.at(out, where, values.astype(x.dtype, copy=False))
+    else:
+        out[where] = values
+    return out
+
+
+@index_put.gradient
+def _(g):
+    from ops.reduce import sum_to
+    from ops.unary import cast
+    from tape.constants import constant
+
+    x, indices, values = g.inputs
+    (gout,), accumulate = g.gouts, g.attrs["accumulate"]
+    read = {k: v for k, v in g.attrs.items() if k != "accumulate"}
+    gx = gvalues = None
+    if g.needs(0):
+        gx = gout
+        if not accumulate:
+            cleared = dict(g.attrs, accumulate=False)
+            gx = apply(index_put, (gout, indices, constant(0, gout)), cleared)
+    if g.needs(2):
+        gvalues = sum_to(apply(index, (gout, indices), read), values.shape)
+        if gvalues.dtype != values.dtype:
+            gvalues = apply(cast, (gvalues,), {"out_dtype": values.dtype.name})
+    return gx, None, gvalues
