@@ -20,7 +20,7 @@ from ops import elementwise, unary, special, activation, compare, reduce, matmul
 from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru  # noqa: F401
 from ops import movement, padding, triangular, contraction, along_axis, scattering  # noqa: F401
-from ops import advanced_indexing, masking  # noqa: F401
+from ops import advanced_indexing, masking, creation  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
@@ -28,8 +28,9 @@ registry._dispatch = _engine.dispatch
 _operators.install()
 globals().update(REGISTRY)
 from ops.aliases import *  # noqa: E402,F401,F403
+from ops.factories import *  # noqa: E402,F401,F403  (PyTorch's signatures over the creation ops)
 from ops.masking import *  # noqa: E402,F401,F403
 from ops.rearrange import *  # noqa: E402,F401,F403
 
-_FUNCTIONS = masking.__all__ + rearrange.__all__  # noqa: F405
+_FUNCTIONS = factories.__all__ + masking.__all__ + rearrange.__all__  # noqa: F405
 __all__ = sorted(set(REGISTRY) | set(_FUNCTIONS)) + ["REGISTRY", "OpDef", "lookup", "register"]
