@@ -75,7 +75,7 @@ def parse(equation, shapes):
     subs = [
         _expand(t, len(s), ellipsis, equation, k) for k, (t, s) in enumerate(zip(terms, shapes))
     ]
-    sizes = _sizes(subs, shapes, equation)
+    sizes = _sizes(subs, shapes, equation, ellipsis)
     if output is None:
         once = sorted(c for c in sizes if c not in ellipsis and "".join(subs).count(c) == 1)
         out = ellipsis + "".join(once)
@@ -87,7 +87,7 @@ def parse(equation, shapes):
     return tuple(subs), out, sizes
 
 
-def _sizes(subs, shapes, equation):
+def _sizes(subs, shapes, equation, ellipsis):
     sizes = {}
     for k, (sub, shape) in enumerate(zip(subs, shapes)):
         mine = {}
@@ -95,7 +95,8 @@ def _sizes(subs, shapes, equation):
             if mine.setdefault(label, n) != n:
                 raise ShapeError(
                     None,
-                    f"label '{label}' repeats in operand {k} over axes of different extents",
+                    f"{_name(label, ellipsis)} repeats in operand {k} over axes of "
+                    "different extents",
                     expected="equal extents (a diagonal of a square block)",
                     actual=f"operand {k}.shape={shape}, equation={equation!r}",
                 )
@@ -105,11 +106,17 @@ def _sizes(subs, shapes, equation):
             elif n not in (1, seen):
                 raise ShapeError(
                     None,
-                    f"label '{label}' has extent {n} in operand {k} but {seen} before",
+                    f"{_name(label, ellipsis)} has extent {n} in operand {k} but {seen} before",
                     expected="equal extents, or 1 (which broadcasts)",
                     actual=f"shapes={list(shapes)}, equation={equation!r}",
                 )
     return sizes
+
+
+def _name(label, ellipsis):
+    if label in ellipsis:
+        return f"'...' axis {ellipsis.index(label) - len(ellipsis)}"
+    return f"label '{label}'"
 
 
 def canonical(subs, shapes, sizes):

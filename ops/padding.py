@@ -4,7 +4,8 @@ and its gradient op ``pad_grad``, each the other's adjoint, so both differentiat
 Along each padded axis of extent n with pads (before, after), output position p (counted from
 -before to n + after) reads X at: constant -- p if 0 <= p < n, else ``value``; reflect -- p
 mirrored at the ends without repeating the edge (-1 -> 1, n -> n - 2); replicate -- p clamped to
-[0, n - 1]; circular -- p mod n. Negative pads crop, as in PyTorch.
+[0, n - 1]; circular -- p wrapped around the window the negative pads leave (p mod n when
+none crops). Negative pads crop, as in PyTorch.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def _check_axis(mode, axis, n, before, after):
         return f"axis {axis} has extent 0: nothing to {mode}"
     if mode == "reflect" and max(before, after) >= n:
         return f"reflect pads must be smaller than the extent {n} of axis {axis}"
-    if mode == "circular" and max(before, after) > n:
-        return f"circular pads cannot exceed the extent {n} of axis {axis} (wrapping twice)"
+    width = n + min(before, 0) + min(after, 0)
+    if mode == "circular" and max(before, after) > width:
+        return f"circular pads cannot exceed the extent {width} of axis {axis} (wrapping twice)"
     return None
 
 
@@ -69,8 +71,9 @@ def _source(xp, mode, n, before, after):
     p = xp.arange(-before, n + after)
     if mode == "replicate":
         return xp.clip(p, 0, n - 1)
-    if mode == "circular":
-        return p % n
+    if mode == "circular":  # wraps around the window left after cropping, as PyTorch does
+        first, width = max(-before, 0), n + min(before, 0) + min(after, 0)
+        return first + (p + min(before, 0)) % width if width else p
     period = 2 * (n - 1)  # reflect: fold into [0, 2(n-1)), then mirror the upper half
     if period == 0:
         return xp.zeros_like(p)
