@@ -3,13 +3,14 @@
 gradient.
 
 An index is a list of items, one per entry of the Python index: a slice, a new axis (``None``),
-an int, or an integer array (the next Variable of Indices). The attribute ``kinds`` codes them
-(``SLICE``, ``NEWAXIS``, ``INT``, ``ARRAY``) and ``starts``/``ends``/``strides`` hold each
-item's slice bounds (an int item's value in ``starts``); axes after the last item are taken
-whole. Without ``kinds`` every Index array indexes one leading axis (``ops.index(x, [i, j])`` is
-``x[i, j]``, PyTorch's ``index_put(x, (i, j), v)``). The kernels hand exactly this index to
-numpy (or cupy), so the result is numpy's: the arrays and ints broadcast together, and their
-axes replace the indexed ones in place when the arrays are adjacent, else go first.
+an int, an integer array (the next Variable of Indices) or ``...``. The attribute ``kinds`` codes
+them (``SLICE``, ``NEWAXIS``, ``INT``, ``ARRAY``, ``ELLIPSIS``) and ``starts``/``ends``/``strides``
+hold each item's slice bounds (an int item's value in ``starts``); axes after the last item are
+taken whole. Without ``kinds`` every Index array indexes one leading axis
+(``ops.index(x, [i, j])`` is ``x[i, j]``, PyTorch's ``index_put(x, (i, j), v)``). The kernels
+hand exactly this index to numpy (or cupy), so the result is numpy's: the arrays and ints
+broadcast together, and their axes replace the indexed ones in place when the advanced items are
+adjacent, else go first (a None or a '...' between them, even an empty one, separates them).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, IndexingError
 from tape.tape import apply
 
-SLICE, NEWAXIS, INT, ARRAY = 0, 1, 2, 3
+SLICE, NEWAXIS, INT, ARRAY, ELLIPSIS = 0, 1, 2, 3, 4
 
 _INDEX_ATTRS = {
     "kinds": Attr("ints", ()),
@@ -56,6 +57,8 @@ def python_index(attrs, indices):
             out.append(None)
         elif kind == INT:
             out.append(start)
+        elif kind == ELLIPSIS:
+            out.append(Ellipsis)
         else:
             out.append(next(arrays))
     return tuple(out)
@@ -84,52 +87,57 @@ def _check_array(k, index, n, axis):
 def indexed_shape(attrs, x_shape, indices):
     """The shape of ``x[index]`` by numpy's rules, checking every item against X."""
     items = _items(attrs, len(indices))
-    used = sum(1 for item in items if item[0] != NEWAXIS)
-    if used > len(x_shape):
+    used = sum(1 for item in items if item[0] not in (NEWAXIS, ELLIPSIS))
+    if used > len(x_shape) or [item[0] for item in items].count(ELLIPSIS) > 1:
         raise IndexingError(
             None,
-            "too many indices",
+            "too many indices (or more than one ellipsis)",
             expected=f"at most {len(x_shape)} (X.shape={x_shape})",
             actual=str(used),
         )
-    has_arrays, axis, arrays = bool(indices), 0, iter(enumerate(indices))
-    before, after, broadcast, places = [], [], (), []
-    for place, (kind, start, end, stride) in enumerate(items):
-        dims = after if places else before
-        if kind == NEWAXIS:
-            dims.append(1)
-            continue
-        n = x_shape[axis]
-        if kind == SLICE:
-            if stride == 0:
-                raise AttrError(None, "a slice step cannot be zero", actual=f"item {place}")
-            dims.append(len(range(*builtins.slice(start, end, stride).indices(n))))
-        elif kind == INT:
-            if not -n <= start < n:
-                raise IndexingError(
-                    None,
-                    f"index {start} is out of range for axis {axis} of extent {n}",
-                    expected=f"-{n} <= index < {n}",
-                    actual=str(start),
-                )
-            if has_arrays:
-                places.append(place)
-        else:
-            k, index = next(arrays)
-            _check_array(k, index, n, axis)
-            shape = broadcast_shapes(
-                None, broadcast, index.shape, "earlier indices", f"Indices[{k}]"
-            )
-            broadcast = shape
-            places.append(place)
-        axis += 1
-    after.extend(x_shape[axis:])
+    axis, arrays, pieces, broadcast = 0, iter(enumerate(indices)), [], ()
+    for place, item in enumerate(items):
+        width = len(x_shape) - used if item[0] == ELLIPSIS else int(item[0] != NEWAXIS)
+        piece = _piece(item, x_shape[axis : axis + width], axis, arrays, bool(indices))
+        if piece.__class__ is tuple:  # an advanced item: its shape joins the broadcast
+            broadcast = broadcast_shapes(None, broadcast, piece, "earlier indices", f"item {place}")
+        pieces.append(piece)
+        axis += width
+    pieces.append(list(x_shape[axis:]))
+    places = [k for k, piece in enumerate(pieces) if piece.__class__ is tuple]
     if not places:
-        return tuple(before + after)
-    adjacent = places == list(range(places[0], places[0] + len(places)))
-    if adjacent:
+        return tuple(d for piece in pieces for d in piece)
+    before = [d for piece in pieces[: places[0]] for d in piece]
+    after = [d for piece in pieces[places[0] :] if piece.__class__ is list for d in piece]
+    if places == list(range(places[0], places[0] + len(places))):  # adjacent: in place
         return tuple(before) + broadcast + tuple(after)
     return broadcast + tuple(before + after)
+
+
+def _piece(item, dims, axis, arrays, has_arrays):
+    """One item's contribution: a list of basic extents, or (advanced) its index's shape."""
+    kind, start, end, stride = item
+    if kind == NEWAXIS:
+        return [1]
+    if kind == ELLIPSIS:
+        return list(dims)
+    n = dims[0]
+    if kind == SLICE:
+        if stride == 0:
+            raise AttrError(None, "a slice step cannot be zero", actual=f"axis {axis}")
+        return [len(range(*builtins.slice(start, end, stride).indices(n)))]
+    if kind == INT:
+        if not -n <= start < n:
+            raise IndexingError(
+                None,
+                f"index {start} is out of range for axis {axis} of extent {n}",
+                expected=f"-{n} <= index < {n}",
+                actual=str(start),
+            )
+        return () if has_arrays else []  # with arrays an int is advanced (a 0-d index)
+    k, index = next(arrays)
+    _check_array(k, index, n, axis)
+    return tuple(index.shape)
 
 
 def _infer_index(attrs, x, indices):
@@ -159,15 +167,11 @@ def index(xp, attrs, x, indices):
 
 @index.gradient
 def _(g):
-    x, indices = g.inputs
-    zeros = apply(_fill_zeros_like(), (x,), {})
-    return apply(index_put, (zeros, indices, g.gouts[0]), dict(g.attrs, accumulate=True)), None
-
-
-def _fill_zeros_like():
     from ops.fill import fill_zeros_like
 
-    return fill_zeros_like
+    x, indices = g.inputs
+    zeros = apply(fill_zeros_like, (x,), {})
+    return apply(index_put, (zeros, indices, g.gouts[0]), dict(g.attrs, accumulate=True)), None
 
 
 def _infer_index_put(attrs, x, indices, values):

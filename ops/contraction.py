@@ -13,6 +13,7 @@ on that diagonal of zeros (torch rejects such equations).
 from __future__ import annotations
 
 import functools
+import math
 import string
 
 from ops.infer import result_dtype
@@ -169,7 +170,7 @@ def einsum(xp, attrs, xs):
     arrays = [x if x.shape == shape else x.reshape(shape) for x, (_, shape) in zip(xs, forms)]
     unique = "".join(dict.fromkeys(out))
     equation = ",".join(sub for sub, _ in forms) + "->" + unique
-    value = xp.einsum(equation, *arrays, optimize=len(arrays) > 2)
+    value = xp.einsum(equation, *arrays, optimize=_optimize(arrays, sizes))
     if unique == out:
         return value
     # Repeated output labels: the result sits on that diagonal of zeros.
@@ -179,6 +180,17 @@ def einsum(xp, attrs, xs):
     )
     full[index] = value
     return full
+
+
+# numpy's einsum loops in C unless asked to optimize, which plans a contraction order and hands
+# pairs to BLAS (tensordot) but costs ~35 us to plan. Measured here: a 16x64x64 batched product
+# takes 4.1 ms looped and 0.23 ms optimized; a 4x5 by 5x3 product 7 us looped, 43 us optimized.
+# So: optimize for three or more operands (the order matters) and for large loop nests.
+_LOOPED_LIMIT = 1 << 14
+
+
+def _optimize(arrays, sizes):
+    return len(arrays) > 2 or (len(arrays) == 2 and math.prod(sizes.values()) > _LOOPED_LIMIT)
 
 
 @einsum.gradient

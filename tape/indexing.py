@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ops.advanced_indexing import ARRAY, INT, NEWAXIS, SLICE
+from ops.advanced_indexing import ARRAY, ELLIPSIS, INT, NEWAXIS, SLICE
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape.errors import GraphError, IndexingError, user_location
@@ -140,11 +140,9 @@ def _advanced(var, items):
         )
     kinds, starts, ends, strides, indices, axis = [], [], [], [], [], 0
     for kind, item in items:
-        if item is Ellipsis:
-            fill = len(var.shape) - used
-            kinds += [SLICE] * fill
-            starts, ends, strides = starts + [0] * fill, ends + [_BIG] * fill, strides + [1] * fill
-            axis += fill
+        if item is Ellipsis:  # kept as an item: numpy's placement counts it even when empty
+            kinds.append(ELLIPSIS), starts.append(0), ends.append(0), strides.append(1)
+            axis += len(var.shape) - used
             continue
         arrays = _mask_positions(var, item, axis) if kind == "mask" else [item]
         for array in arrays if kind != "basic" else ():

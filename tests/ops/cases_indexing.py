@@ -204,6 +204,14 @@ ADVANCED = [
         name="separated",
     ),
     OpCase(
+        "index",
+        {"X": (2, 3, 4), "Indices": [_ints([1, 0]), _ints([[1], [3]])]},
+        {"kinds": [0, 3, 4, 3], "starts": [0] * 4, "ends": [2**62, 0, 0, 0], "strides": [1] * 4},
+        reference=_index_ref,
+        double_grad=True,
+        name="empty_ellipsis_separates",
+    ),
+    OpCase(
         "index_put",
         {"X": (3, 4), "Indices": [_ints([0, 2]), _ints([1, 3])], "Values": (2,)},
         reference=_index_put_ref,

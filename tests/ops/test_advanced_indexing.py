@@ -58,9 +58,23 @@ def _index(draw, shape, allow_none=True):
         axis += 1
         if allow_none and draw(st.integers(0, 3)) == 0:
             items.insert(draw(st.integers(0, len(items))), None)
-    if draw(st.booleans()):
-        items.append(Ellipsis)
-    return tuple(items)
+    items += [slice(None)] * (len(shape) - axis)
+    return _with_ellipsis(draw, items)
+
+
+def _full(item):
+    return isinstance(item, slice) and item == slice(None)
+
+
+def _with_ellipsis(draw, items):
+    """Sometimes a run of full slices (possibly empty, anywhere) replaced by '...'."""
+    if not draw(st.booleans()):
+        return tuple(items)
+    start = draw(st.integers(0, len(items)))
+    stop = start
+    while stop < len(items) and _full(items[stop]) and draw(st.booleans()):
+        stop += 1
+    return tuple(items[:start]) + (Ellipsis,) + tuple(items[stop:])
 
 
 def _mixed(shape, index):
