@@ -149,7 +149,9 @@ def _infer_gather(attrs, x, index):
 )
 def gather(xp, attrs, x, index):
     """Out = take(X, Index, axis) (negative indices count from the end); Out.shape is
-    X.shape[:axis] + Index.shape + X.shape[axis + 1:].
+    X.shape[:axis] + Index.shape + X.shape[axis + 1:]. This is Paddle's gather (np.take;
+    torch.index_select for a 1-d Index); PyTorch's element-wise torch.gather is
+    ``ops.take_along_dim`` (and the method ``x.gather(dim, index)``).
 
     dX = gather_grad(X, Index, dOut): dOut scatter-added into zeros (repeats accumulate).
     """
