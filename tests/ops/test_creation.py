@@ -82,10 +82,10 @@ def test_lazy_mode_records_creation_ops_and_runs_them_on_demand():
         grid = ops.arange(6).reshape(2, 3)
         scaled = ops.linspace(0, 1, 3) * ops.ones(2, 3)
         assert grid._pending is not None and scaled._pending is not None
+        types = {op.type for op in tape.get_global_tape().ops}
+        assert {"arange", "linspace", "fill_constant"} <= types
         np.testing.assert_array_equal(grid.numpy(), np.arange(6).reshape(2, 3))
         np.testing.assert_allclose(scaled.numpy(), [[0.0, 0.5, 1.0]] * 2)
-    types = [op.type for op in tape.get_global_tape().ops]
-    assert {"arange", "linspace", "fill_constant"} <= set(types)
 
 
 def _error(fn, *args, **kwargs):
