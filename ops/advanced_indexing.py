@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import builtins
 
-from ops.infer import broadcast_shapes
+import numpy as np
+
+from ops.infer import broadcast_shapes, result_dtype
 from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, IndexingError
 from tape.tape import apply
@@ -183,7 +185,7 @@ def _infer_index_put(attrs, x, indices, values):
             expected=f"a shape that broadcasts to {target}",
             actual=f"Values.shape={values.shape}",
         )
-    return x.shape, x.dtype
+    return x.shape, result_dtype(x, values)
 
 
 @register(
@@ -193,8 +195,9 @@ def _infer_index_put(attrs, x, indices, values):
     infer=_infer_index_put,
 )
 def index_put(xp, attrs, x, indices, values):
-    """Out = a copy of X with X[index] = Values (broadcast, cast to X's dtype), or with Values
-    added there when ``accumulate`` (repeated positions then add up; without it one of the
+    """Out = a copy of X with X[index] = Values (broadcast; Out has numpy's promotion of both
+    dtypes, while ``x[index] = v`` casts v to x's dtype first, as numpy), or with Values added
+    there when ``accumulate`` (repeated positions then add up; without it one of the
     repeated writes wins, as in PyTorch). X itself is unchanged: this is ``x[index] = v`` out of
     place (PyTorch's ``index_put``).
 
@@ -207,9 +210,9 @@ def index_put(xp, attrs, x, indices, values):
     array([2., 0., 0., 1.], dtype=float32)
     """
     where = python_index(attrs, indices)
-    out = x.copy()
+    out = x.astype(np.result_type(x.dtype, values.dtype), copy=True)
     if attrs["accumulate"]:
-        xp.add.at(out, where, values.astype(x.dtype, copy=False))
+        xp.add.at(out, where, values.astype(out.dtype, copy=False))
     else:
         out[where] = values
     return out
@@ -230,6 +233,8 @@ def _(g):
         if not accumulate:
             cleared = dict(g.attrs, accumulate=False)
             gx = apply(index_put, (gout, indices, constant(0, gout)), cleared)
+        if gx.dtype != x.dtype:
+            gx = apply(cast, (gx,), {"out_dtype": x.dtype.name})
     if g.needs(2):
         gvalues = sum_to(apply(index, (gout, indices), read), values.shape)
         if gvalues.dtype != values.dtype:

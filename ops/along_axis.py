@@ -15,7 +15,9 @@ from __future__ import annotations
 import builtins
 import math
 
-from ops.infer import normalize_axis
+import numpy as np
+
+from ops.infer import normalize_axis, result_dtype
 from ops.registry import Attr, register
 from tape.errors import DTypeError, IndexingError, ShapeError
 from tape.tape import apply
@@ -125,7 +127,7 @@ def _infer_take_grad(attrs, x, index, gout):
             expected=str(shape),
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 def positions(xp, index, axis):
@@ -154,7 +156,10 @@ def take_along_dim_grad(xp, attrs, x, index, gout):
     """
     axis, x_shape, index_shape = _layout(attrs, x, index)
     shape = _broadcast_except(x_shape, index_shape, axis)
-    full = xp.zeros(shape[:axis] + (x_shape[axis],) + shape[axis + 1 :], dtype=gout.dtype)
+    full = xp.zeros(
+        shape[:axis] + (x_shape[axis],) + shape[axis + 1 :],
+        dtype=np.result_type(x.dtype, gout.dtype),
+    )
     xp.add.at(full, positions(xp, xp.broadcast_to(index.reshape(index_shape), shape), axis), gout)
     broadcast = tuple(d for d, (a, b) in enumerate(zip(x_shape, full.shape)) if a != b)
     if broadcast:
@@ -164,8 +169,10 @@ def take_along_dim_grad(xp, attrs, x, index, gout):
 
 @take_along_dim_grad.gradient
 def _(g):
-    _, index, _ = g.inputs
-    return None, None, apply(take_along_dim, (g.gouts[0], index), g.attrs)
+    from ops.select import _to_input
+
+    _, index, gout = g.inputs
+    return None, None, _to_input(apply(take_along_dim, (g.gouts[0], index), g.attrs), gout)
 
 
 def pick(values, index, axis):

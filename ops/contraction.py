@@ -16,6 +16,8 @@ import functools
 import math
 import string
 
+import numpy as np
+
 from ops.infer import result_dtype
 from ops.registry import Attr, register
 from tape.errors import AttrError, ShapeError
@@ -167,7 +169,11 @@ def einsum(xp, attrs, xs):
     """
     subs, out, sizes = parse(attrs["equation"], tuple(x.shape for x in xs))
     forms = canonical(subs, [x.shape for x in xs], sizes)
-    arrays = [x if x.shape == shape else x.reshape(shape) for x, (_, shape) in zip(xs, forms)]
+    dtype = np.result_type(*(x.dtype for x in xs))  # computed in it (not pairwise, as optimize)
+    arrays = [
+        (x if x.shape == shape else x.reshape(shape)).astype(dtype, copy=False)
+        for x, (_, shape) in zip(xs, forms)
+    ]
     unique = "".join(dict.fromkeys(out))
     equation = ",".join(sub for sub, _ in forms) + "->" + unique
     value = xp.einsum(equation, *arrays, optimize=_optimize(arrays, sizes))

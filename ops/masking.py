@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 
-from ops.infer import broadcast_shapes
+import numpy as np
+
+from ops.infer import broadcast_shapes, result_dtype
 from ops.registry import REGISTRY, register
 from tape.constants import as_variable
 from tape.errors import DTypeError, InputError, ShapeError, user_location
@@ -87,7 +89,7 @@ def _infer_masked_select_grad(attrs, x, mask, gout):
             expected=str(_selected(mask, shape)),
             actual=str(gout.shape[0]),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -103,7 +105,7 @@ def masked_select_grad(xp, attrs, x, mask, gout):
     d(Out@GRAD) = masked_select(dOut, Mask); X and Mask get none.
     """
     shape = broadcast_shapes(None, x.shape, mask.shape)
-    full = xp.zeros(shape, dtype=gout.dtype)
+    full = xp.zeros(shape, dtype=np.result_type(x.dtype, gout.dtype))
     full[xp.broadcast_to(mask, shape)] = gout
     extra = len(shape) - x.ndim
     axes = tuple(range(extra)) + tuple(
@@ -114,8 +116,10 @@ def masked_select_grad(xp, attrs, x, mask, gout):
 
 @masked_select_grad.gradient
 def _(g):
-    _, mask, _ = g.inputs
-    return None, None, apply(masked_select, (g.gouts[0], mask), {})
+    from ops.select import _to_input
+
+    _, mask, gout = g.inputs
+    return None, None, _to_input(apply(masked_select, (g.gouts[0], mask), {}), gout)
 
 
 def masked_fill(x, mask, value):

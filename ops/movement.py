@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
-from ops.infer import normalize_axes, normalize_axis
+import numpy as np
+
+from ops.infer import normalize_axes, normalize_axis, result_dtype
 from ops.registry import Attr, register
 from tape.errors import AttrError, ShapeError
 from tape.tape import apply
@@ -202,7 +204,7 @@ def _infer_repeat_interleave_grad(attrs, x, gout):
             expected=str(shape),
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -224,11 +226,13 @@ def repeat_interleave_grad(xp, attrs, x, gout):
     # Segment i of Out@GRAD along the axis holds element i's copies: scatter-add them back.
     owner = xp.repeat(xp.arange(dim), list(repeats))
     shape = gout.shape[:axis] + (dim,) + gout.shape[axis + 1 :]
-    gx = xp.zeros(shape, dtype=gout.dtype)
+    gx = xp.zeros(shape, dtype=np.result_type(x.dtype, gout.dtype))
     xp.add.at(gx, (slice(None),) * axis + (owner,), gout)
     return gx.reshape(x.shape) if flat else gx
 
 
 @repeat_interleave_grad.gradient
 def _(g):
-    return None, apply(repeat_interleave, (g.gouts[0],), g.attrs)
+    from ops.select import _to_input
+
+    return None, _to_input(apply(repeat_interleave, (g.gouts[0],), g.attrs), g.inputs[1])

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
+
+from ops.infer import result_dtype
 from ops.registry import Attr, register
 from tape.errors import AttrError, ShapeError
 from tape.tape import apply
@@ -131,7 +134,7 @@ def _infer_pad_grad(attrs, x, gout):
             expected=f"{shape} (X.shape={x.shape} padded by {attrs['pad']})",
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -147,9 +150,9 @@ def pad_grad(xp, attrs, x, gout):
 
     d(Out@GRAD) = pad(dOut) with value 0 (pad_grad is the adjoint of the linear part of pad).
     """
-    mode = attrs["mode"]
+    mode, dtype = attrs["mode"], np.result_type(x.dtype, gout.dtype)
     if mode == "constant":
-        gx = xp.zeros(x.shape, dtype=gout.dtype)
+        gx = xp.zeros(x.shape, dtype=dtype)
         src, dst = _windows(x.shape, attrs["pad"])
         gx[src + (Ellipsis,)] = gout[dst + (Ellipsis,)]
         return gx
@@ -157,13 +160,15 @@ def pad_grad(xp, attrs, x, gout):
         if before or after:
             n = x.shape[axis]
             shape = gout.shape[:axis] + (n,) + gout.shape[axis + 1 :]
-            folded = xp.zeros(shape, dtype=gout.dtype)
+            folded = xp.zeros(shape, dtype=dtype)
             index = (builtins.slice(None),) * axis + (_source(xp, mode, n, before, after),)
             xp.add.at(folded, index, gout)
             gout = folded
-    return gout
+    return gout.astype(dtype, copy=False)
 
 
 @pad_grad.gradient
 def _(g):
-    return None, apply(pad, (g.gouts[0],), dict(g.attrs, value=0.0))
+    from ops.select import _to_input
+
+    return None, _to_input(apply(pad, (g.gouts[0],), dict(g.attrs, value=0.0)), g.inputs[1])

@@ -15,10 +15,10 @@ import numpy as np
 
 from ops.along_axis import check_index, fit_to, pick, positions, window
 from ops.compose import NUMPY_AXIS as AXIS
-from ops.infer import normalize_axis
+from ops.infer import normalize_axis, result_dtype
 from ops.registry import REGISTRY, Attr, register
 from tape.constants import constant
-from tape.errors import DTypeError, ShapeError
+from tape.errors import ShapeError
 from tape.tape import apply
 
 
@@ -27,14 +27,6 @@ def _infer_scatter(attrs, x, index, src):
         raise ShapeError(None, "X must have at least one axis", actual="X.shape == ()")
     axis = normalize_axis(None, attrs["axis"], len(x.shape))
     check_index(index, x.shape, axis)
-    if src.dtype != x.dtype:
-        raise DTypeError(
-            None,
-            "Src must have X's dtype",
-            expected=str(x.dtype),
-            actual=str(src.dtype),
-            hint="cast one of them (ops.cast)",
-        )
     short = (
         len(index.shape) == len(x.shape)
         and all(i <= s for i, s in zip(index.shape, src.shape or index.shape))
@@ -47,12 +39,18 @@ def _infer_scatter(attrs, x, index, src):
             expected="Index.shape[d] <= Src.shape[d] for all d, <= X.shape[d] for d != axis",
             actual=f"X.shape={x.shape}, Index.shape={index.shape}, Src.shape={src.shape}",
         )
-    return x.shape, x.dtype
+    return x.shape, result_dtype(x, src)
 
 
-def _values(xp, src, index):
-    """Src's value for each position of Index."""
-    return xp.broadcast_to(src, index.shape) if not src.ndim else src[window(index.shape)]
+def _start(x, src):
+    """A copy of X in the promoted dtype of X and Src (numpy's rule), to write into."""
+    return x.astype(np.result_type(x.dtype, src.dtype), copy=True)
+
+
+def _values(xp, src, index, dtype):
+    """Src's value for each position of Index, as ``dtype``."""
+    values = xp.broadcast_to(src, index.shape) if not src.ndim else src[window(index.shape)]
+    return values.astype(dtype, copy=False)
 
 
 _AXIS = {"axis": Attr("int", 0)}
@@ -69,15 +67,26 @@ def scatter(xp, attrs, x, index, src):
     array([[0., 0., 5.],
            [5., 0., 0.]], dtype=float32)
     """
-    axis = attrs["axis"] % x.ndim
-    out = x.copy()
-    out[positions(xp, index, axis)] = _values(xp, src, index)
+    out = _start(x, src)
+    out[positions(xp, index, attrs["axis"] % x.ndim)] = _values(xp, src, index, out.dtype)
     return out
 
 
 def _zeroed(gout, index, axis):
     """dOut with the positions Index writes set to zero (they no longer depend on X)."""
     return apply(scatter, (gout, index, constant(0, gout)), {"axis": axis})
+
+
+def _typed(g, gx, gsrc):
+    """The gradients of X and Src, each in its input's dtype (Out may be promoted)."""
+    x, _, src = g.inputs
+    return _cast(gx, x), None, _cast(gsrc, src)
+
+
+def _cast(grad, var):
+    if grad is None or grad.dtype == var.dtype:
+        return grad
+    return apply(REGISTRY["cast"], (grad,), {"out_dtype": var.dtype.name})
 
 
 def _src_grad(g, values):
@@ -93,21 +102,21 @@ def _(g):
     _, index, _ = g.inputs
     (gout,) = g.gouts
     gx = _zeroed(gout, index, g.attrs["axis"]) if g.needs(0) else None
-    return gx, None, _src_grad(g, gout)
+    return _typed(g, gx, _src_grad(g, gout))
 
 
 @register("scatter_add", inputs=("X", "Index", "Src"), attrs=_AXIS, infer=_infer_scatter)
 def scatter_add(xp, attrs, x, index, src):
     """Out = X with Src[p] added at Index[p] along ``axis``, repeats accumulating
     (torch.scatter_add).  dX = dOut; dSrc[p] = dOut at Index[p]."""
-    out = x.copy()
-    xp.add.at(out, positions(xp, index, attrs["axis"] % x.ndim), _values(xp, src, index))
+    out = _start(x, src)
+    xp.add.at(out, positions(xp, index, attrs["axis"] % x.ndim), _values(xp, src, index, out.dtype))
     return out
 
 
 @scatter_add.gradient
 def _(g):
-    return g.gouts[0], None, _src_grad(g, g.gouts[0])
+    return _typed(g, g.gouts[0] if g.needs(0) else None, _src_grad(g, g.gouts[0]))
 
 
 _REDUCE_ATTRS = {
@@ -138,17 +147,17 @@ def scatter_reduce(xp, attrs, x, index, src):
     the product of the other values (exact with zeros). dX is 0 where X was excluded.
     """
     reduce, where = attrs["reduce"], positions(xp, index, attrs["axis"] % x.ndim)
-    values = _values(xp, src, index)
-    out = x.copy()
+    out = _start(x, src)
+    values = _values(xp, src, index, out.dtype)
     if not attrs["include_self"]:
-        out[where] = _identity(reduce, x.dtype)
+        out[where] = _identity(reduce, out.dtype)
     reduce_at(xp, _UFUNCS[reduce], out, where, values)
     if reduce == "mean":
         count = xp.zeros(x.shape, dtype=np.int64)
         xp.add.at(count, where, 1)
         count += 1 if attrs["include_self"] else 0
         count = xp.maximum(count, 1)
-        out = out // count if x.dtype.kind in "iu" else (out / count).astype(x.dtype)
+        out = out // count if out.dtype.kind in "iu" else (out / count).astype(out.dtype)
     return out
 
 
@@ -187,7 +196,7 @@ def _(g):
         gx = gsrc = gout / apply(REGISTRY["elementwise_max"], (count, constant(1, count)), AXIS)
     if not include_self and g.needs(0):
         gx = _zeroed(gx, index, axis)
-    return (gx if g.needs(0) else None), None, _src_grad(g, gsrc)
+    return _typed(g, gx if g.needs(0) else None, _src_grad(g, gsrc))
 
 
 def _hits(x, index, axis, src):
@@ -226,7 +235,7 @@ def _extreme_grads(g, axis):
     share = gout / apply(scatter_add, (self_is, index, src_is), {"axis": axis})
     gx = self_is * share if g.needs(0) else None
     gsrc = fit_to(src_is * pick(share, index, axis), src.shape) if g.needs(2) else None
-    return gx, None, gsrc
+    return _typed(g, gx, gsrc)
 
 
 def _prod_grads(g, axis):
@@ -259,4 +268,4 @@ def _prod_grads(g, axis):
             {},
         )
         gsrc = fit_to(picked, src.shape)
-    return gx, None, gsrc
+    return _typed(g, gx, gsrc)

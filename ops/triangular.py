@@ -3,7 +3,9 @@ gradient op diagonal_grad (a diagonal written into zeros); each gradient is one 
 
 from __future__ import annotations
 
-from ops.infer import normalize_axis
+import numpy as np
+
+from ops.infer import normalize_axis, result_dtype
 from ops.registry import Attr, register
 from tape.errors import ShapeError
 from tape.tape import apply
@@ -127,7 +129,7 @@ def _infer_diagonal_grad(attrs, x, gout):
             expected=str(shape),
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -145,7 +147,7 @@ def diagonal_grad(xp, attrs, x, gout):
     """
     axis1, axis2, length = _diagonal_layout(attrs, x.shape)
     offset = attrs["offset"]
-    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    gx = xp.zeros(x.shape, dtype=np.result_type(x.dtype, gout.dtype))
     # A view with the two axes last, so the diagonal is gx[..., rows, cols].
     matrices = xp.moveaxis(gx, (axis1, axis2), (-2, -1))
     steps = xp.arange(length)
@@ -155,4 +157,6 @@ def diagonal_grad(xp, attrs, x, gout):
 
 @diagonal_grad.gradient
 def _(g):
-    return None, apply(diagonal, (g.gouts[0],), g.attrs)
+    from ops.select import _to_input
+
+    return None, _to_input(apply(diagonal, (g.gouts[0],), g.attrs), g.inputs[1])

@@ -63,6 +63,8 @@ def setitem(var, index, value):
         )
     items = _classify(var, index if isinstance(index, tuple) else (index,))
     value = as_variable(value, var, "index_put", "Values")
+    if value.dtype != var.dtype:  # numpy's assignment: the value takes x's dtype
+        value = REGISTRY["cast"](value, out_dtype=var.dtype.name)
     kinds, bounds, indices = _advanced(var, items)
     out = REGISTRY["index_put"](var, indices, value, kinds=kinds, accumulate=False, **bounds)
     _rebind(var, out)

@@ -169,9 +169,6 @@ def test_errors_name_the_op_and_the_problem():
     assert "Index must have X's rank and fit inside Src" in _error(
         ops.scatter_add, x, np.array([[0, 1, 2, 0]]), tape.Variable(np.zeros((1, 2))), axis=0
     )
-    assert "Src must have X's dtype" in _error(
-        ops.scatter, x, index, tape.Variable(np.zeros((1, 2), np.float32))
-    )
     assert "one of ['sum', 'prod', 'mean', 'amax', 'amin']" in _error(
         ops.scatter_reduce, x, index, tape.Variable(np.zeros((1, 2))), reduce="max"
     )
@@ -181,3 +178,24 @@ def test_errors_name_the_op_and_the_problem():
     )
     assert "index must be 1-d" in _error(ops.index_select, x, np.zeros((1, 1), int))
     assert "index must be an integer array" in _error(ops.index_select, x, 0, np.array([1]))
+
+
+def test_mixed_float_dtypes_promote_and_gradients_keep_each_inputs_dtype():
+    x = tape.Variable(np.ones((2, 3), np.float32), requires_grad=True)
+    src = tape.Variable(np.full((1, 3), 2.0), requires_grad=True)  # float64
+    index = np.array([[1, 0, 1]])
+    for out in (
+        ops.scatter(x, index, src),
+        ops.scatter_add(x, index, src),
+        ops.scatter_reduce(x, index, src, reduce="prod"),
+        ops.index_put(x, [np.array([0])], src),
+    ):
+        assert out.dtype == np.float64  # numpy's promotion, as every op
+        gx, gs = tape.grad(out.sum(), [x, src])
+        assert (gx.dtype, gs.dtype) == (np.float32, np.float64)
+    y = x * 1.0
+    y[0] = src[0]  # assignment keeps y's dtype, as numpy's
+    assert y.dtype == np.float32
+    gx, gs = tape.grad((y * y).sum(), [x, src])
+    assert (gx.dtype, gs.dtype) == (np.float32, np.float64)
+    np.testing.assert_allclose(gs.numpy(), [[4.0, 4.0, 4.0]])
