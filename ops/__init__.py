@@ -24,6 +24,8 @@ from ops import arithmetic, trig, exp_log, rounding, logical, nonfinite  # noqa:
 from ops import activation_smooth, activation_hard  # noqa: F401
 from ops import conv_transpose, pool_index, interpolate, pool_adaptive  # noqa: F401
 from ops import nll, loss_more, distance  # noqa: F401
+from ops import movement, padding, triangular, contraction, along_axis, scattering  # noqa: F401
+from ops import advanced_indexing, masking, creation  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 
@@ -32,6 +34,10 @@ _operators.install()
 globals().update(REGISTRY)
 from ops.aliases import *  # noqa: E402,F401,F403
 from ops.attention import scaled_dot_product_attention  # noqa: E402,F401
+from ops.factories import *  # noqa: E402,F401,F403  (PyTorch's signatures over the creation ops)
+from ops.masking import *  # noqa: E402,F401,F403
+from ops.rearrange import *  # noqa: E402,F401,F403
 
-__all__ = sorted(REGISTRY) + ["REGISTRY", "OpDef", "lookup", "register"]
-__all__ += ["scaled_dot_product_attention"]
+_FUNCTIONS = factories.__all__ + masking.__all__ + rearrange.__all__  # noqa: F405
+_FUNCTIONS += ["scaled_dot_product_attention"]
+__all__ = sorted(set(REGISTRY) | set(_FUNCTIONS)) + ["REGISTRY", "OpDef", "lookup", "register"]

@@ -68,7 +68,7 @@ def slice(xp, attrs, x):  # noqa: A001  (Paddle's name)
 
     dX = slice_grad(X, dOut): dOut written into zeros of X's shape.
     """
-    out = x[_slice_index(attrs, x.ndim)]
+    out = x[_slice_index(attrs, x.ndim) + (Ellipsis,)]  # '...': a 0-d array, never a scalar
     if attrs["decrease_axis"]:
         out = xp.squeeze(out, axis=attrs["decrease_axis"])
     return out
@@ -104,7 +104,8 @@ def slice_grad(xp, attrs, x, gout):
     d(Out@GRAD) = slice(dOut); X gets no gradient.
     """
     gx = xp.zeros(x.shape, dtype=gout.dtype)
-    window = gx[_slice_index(attrs, len(x.shape))]
+    # The trailing '...' makes the window a view even of a 0-d X (``gx[()]`` is a scalar copy).
+    window = gx[_slice_index(attrs, len(x.shape)) + (Ellipsis,)]
     window[...] = gout.reshape(window.shape)
     return gx
 
@@ -148,7 +149,9 @@ def _infer_gather(attrs, x, index):
 )
 def gather(xp, attrs, x, index):
     """Out = take(X, Index, axis) (negative indices count from the end); Out.shape is
-    X.shape[:axis] + Index.shape + X.shape[axis + 1:].
+    X.shape[:axis] + Index.shape + X.shape[axis + 1:]. This is Paddle's gather (np.take;
+    torch.index_select for a 1-d Index); PyTorch's element-wise torch.gather is
+    ``ops.take_along_dim`` (and the method ``x.gather(dim, index)``).
 
     dX = gather_grad(X, Index, dOut): dOut scatter-added into zeros (repeats accumulate).
     """

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ops.registry import REGISTRY
 from tape.constants import as_variable
-from tape.errors import InputError, user_location
+from tape.errors import InputError
 from tape.tape import apply
 from tape.variable import Variable
 
@@ -88,10 +88,17 @@ def _astype(self, dtype):
 
 
 def _setitem(self, index, value):
-    raise TypeError(
-        f"variable '{self.name}' does not support item assignment (recorded at "
-        f"{user_location()}); build a new variable with ops.where or ops.concat"
-    )
+    """``x[index] = value``: an out-of-place 'index_put' that rebinds ``x`` (tape.indexing)."""
+    from tape.indexing import setitem
+
+    setitem(self, index, value)
+
+
+def _tensor_methods():
+    """The movement, indexing and creation methods with PyTorch's signatures (x.flip(0), ...)."""
+    from ops.tensor_methods import METHODS
+
+    return METHODS
 
 
 def install():
@@ -162,6 +169,8 @@ def install():
         "norm": _norm,
         "isclose": _isclose,
         "allclose": _allclose,
+        # Movement and indexing methods, with PyTorch's signatures (ops.tensor_methods).
+        **_tensor_methods(),
     }
     for name, fn in table.items():
         setattr(Variable, name, fn)

@@ -112,10 +112,11 @@ def test_reading_an_empty_handle_explains_why():
     assert "empty handle" in str(err.value)
 
 
-def test_item_assignment_is_refused_with_a_hint():
-    x = f32(3)
-    with pytest.raises(TypeError, match="does not support item assignment"):
+def test_item_assignment_into_a_leaf_that_requires_grad_is_refused_with_a_hint():
+    x = f32(3)  # x[i] = v rebinds x to a new value (tape.indexing): not for a parameter
+    with pytest.raises(GraphError, match="is a leaf that requires a gradient") as err:
         x[0] = 1.0
+    assert "hint: assign into a copy" in str(err.value)
 
 
 def test_errors_format_expected_actual_and_hint_lines():
