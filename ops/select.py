@@ -7,6 +7,7 @@ import builtins
 
 from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
 from ops.registry import Attr, register
+from ops.xp import scatter_add
 from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
 from tape.tape import apply
 
@@ -192,10 +193,8 @@ def gather_grad(xp, attrs, x, index, gout):
 
 @gather_grad.kernel_for("gpu")
 def _(xp, attrs, x, index, gout):
-    import cupyx  # only reached with cupy arrays; older cupy has no ufunc.at
-
     gx = xp.zeros(x.shape, dtype=gout.dtype)
-    cupyx.scatter_add(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    scatter_add(xp, gx, _along(attrs["axis"], len(x.shape), index), gout)
     return gx
 
 
