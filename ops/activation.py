@@ -24,6 +24,7 @@ from ops.infer import same_as_input
 from ops.registry import Attr, register
 from ops.special import erf_array
 from ops.unary import exp, square
+from ops.xp import promote
 from tape.tape import apply
 
 # ---- activations read back from Out: relu, tanh, sigmoid -----------------------------------------
@@ -46,6 +47,7 @@ def relu_grad(xp, attrs, out, gout):
 
     The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too.
     """
+    out, gout = promote(out, gout)
     return gout * (out > 0)
 
 
@@ -72,6 +74,7 @@ def tanh_grad(xp, attrs, out, gout):
 
     d(Out) = -2 * dX@GRAD * Out@GRAD * Out;  d(Out@GRAD) = tanh_grad(Out, dX@GRAD).
     """
+    out, gout = promote(out, gout)
     return gout * (1.0 - out * out)
 
 
@@ -116,6 +119,7 @@ def sigmoid_grad(xp, attrs, out, gout):
 
     d(Out) = dX@GRAD * Out@GRAD * (1 - 2 Out);  d(Out@GRAD) = sigmoid_grad(Out, dX@GRAD).
     """
+    out, gout = promote(out, gout)
     return gout * out * (1.0 - out)
 
 
@@ -164,6 +168,7 @@ def leaky_relu_grad(xp, attrs, x, gout):
     Linear in Out@GRAD and piecewise constant in X: d(Out@GRAD) = leaky_relu_grad(X, dX@GRAD),
     dX = 0.
     """
+    x, gout = promote(x, gout)
     return xp.where(x > 0, gout, gout * attrs["alpha"])
 
 
@@ -206,6 +211,7 @@ def elu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = elu_grad(X, dX@GRAD);  dX = P * alpha * exp(X) where X <= 0 (else 0), with
     P = dX@GRAD * Out@GRAD, built as elu_grad(X, P) - relu_grad(X, P).
     """
+    x, gout = promote(x, gout)
     return xp.where(x > 0, gout, gout * (attrs["alpha"] * xp.exp(xp.minimum(x, 0.0))))
 
 
@@ -282,6 +288,7 @@ def gelu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = gelu_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * gelu''(X), where gelu'' is
     phi(X) (2 - X^2), or (1 - T^2) (C + 6 C K X^2 - X T (C + 3 C K X^2)^2) for the tanh form.
     """
+    x, gout = promote(x, gout)
     sq = x * x
     if attrs["approximate"]:
         t = xp.tanh(x * (sq * (_TANH_C * _TANH_K) + _TANH_C))
@@ -361,6 +368,7 @@ def softplus_grad(xp, attrs, x, gout):
     d(Out@GRAD) = softplus_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * beta H (1 - H), since
     H' = beta H (1 - H) on both sides of the threshold (built from 'sigmoid_grad').
     """
+    x, gout = promote(x, gout)
     z = x * attrs["beta"] if attrs["beta"] != 1.0 else x
     return xp.where(z > attrs["threshold"], gout, gout * _sigmoid(xp, z))
 

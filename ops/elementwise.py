@@ -54,27 +54,18 @@ def aligned(x, y, attrs):
 
 
 def grad_x(g, x):
-    """Reduces a gradient of the output to X's shape and dtype."""
-    return _in_dtype(sum_to(g, x.shape), x)
+    """Reduces a gradient of the output to X's shape (backward casts it to X's dtype)."""
+    return sum_to(g, x.shape)
 
 
 def grad_y(g, x, y, attrs):
-    """Reduces a gradient of the output to Y's shape and dtype, undoing Paddle's alignment."""
+    """Reduces a gradient of the output to Y's shape, undoing Paddle's alignment."""
     axis = attrs["axis"]
     if axis == -1 or len(y.shape) >= len(x.shape):
-        return _in_dtype(sum_to(g, y.shape), y)
+        return sum_to(g, y.shape)
     from ops.shape import reshape
 
-    return _in_dtype(reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape), y)
-
-
-def _in_dtype(g, var):
-    """A gradient has its variable's dtype: float32 + float64 -> float64, but dX stays float32."""
-    if g.dtype == var.dtype:
-        return g
-    from ops.unary import cast
-
-    return apply(cast, (g,), {"out_dtype": var.dtype.name})
+    return reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape)
 
 
 _FACTS = dict(

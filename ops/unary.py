@@ -21,6 +21,7 @@ from ops.infer import float_same as _float_same
 from ops.infer import same_as_gradient as _infer_grad
 from ops.infer import same_as_input
 from ops.registry import Attr, register
+from ops.xp import promote
 from tape.errors import AttrError, DTypeError
 from tape.tape import apply
 
@@ -210,6 +211,7 @@ def clip_grad(xp, attrs, x, gout):
     d(Out@GRAD) = clip_grad(X, dX@GRAD);  dX = 0 (piecewise constant in X).
     """
     low, high = attrs["min"], attrs["max"]
+    x, gout = promote(x, gout)
     inside = None if low is None else x >= low
     if high is not None:
         inside = x <= high if inside is None else inside & (x <= high)

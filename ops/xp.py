@@ -144,3 +144,20 @@ def scatter_add(xp, target, index, values):
 
         extras = _gpu.extras = cupyx
     extras.scatter_add(target, index, values)
+
+
+def promote(*arrays):
+    """The arrays in numpy's promotion of their dtypes (None passes), for kernels whose in-place
+    arithmetic would otherwise keep the first one's; the same tuple when the dtypes agree."""
+    dtype = None
+    for array in arrays:
+        if array is None:
+            continue
+        if dtype is None:
+            dtype = array.dtype
+        elif array.dtype != dtype:
+            break
+    else:
+        return arrays
+    common = np.result_type(*(a.dtype for a in arrays if a is not None))
+    return tuple(None if a is None else a.astype(common, copy=False) for a in arrays)
