@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ops.xp import array_module, as_array
+from ops.xp import array_module, as_array, default_module
 from tape.errors import InputError, ScalarOverflowError, user_location
 from tape.variable import Variable
 
@@ -22,17 +22,18 @@ _cache: dict = {}
 
 def constant(scalar, like=None):
     """A 0-d constant Variable for ``scalar``, typed after the Variable ``like`` (weakly)."""
-    xp = np
     if like is not None and like.dtype is not None:
         dtype = (
             np.result_type(like.dtype, scalar)
             if type(scalar) in (bool, int, float)
             else np.result_type(like.dtype, np.asarray(scalar).dtype)
         )
-        if like._value is not None:
-            xp = array_module(like._value)
+        # Where ``like`` lives; a lazy Variable has no value yet: the current place's module
+        # (record lazy GPU programs inside ``tape.device("gpu")``).
+        xp = array_module(like._value) if like._value is not None else default_module()
     else:
         dtype = np.asarray(scalar).dtype
+        xp = np
     key = (type(scalar), scalar, dtype, xp)
     var = _cache.get(key)
     if var is None:

@@ -380,16 +380,16 @@ def gradcheck(fn, inputs, eps=1e-6, rtol=1e-4, atol=1e-6):
     return True
 
 
-def check_on_device(case, device, seed=0):
+def check_on_device(case, device, seed=0, lazy=False):
     """The case's outputs, gradients and (with ``double_grad``) gradients of gradients computed
-    with ``device`` installed as the 'gpu' array module equal the CPU's, every result stays on
-    the device, and no kernel or gradient moved data between host and device (ops with side
-    effects, which write files, may download).
+    with ``device`` installed as the 'gpu' array module (eagerly, or by the lazy scheduler) equal
+    the CPU's, every result stays on the device, and no kernel or gradient moved data between
+    host and device (ops with side effects, which write files, may download).
     """
     from tape.testing_device import installed
 
     dtype = case.dtypes[-1]
-    expected = _run_all(case, dtype, seed, lambda a: a, contextlib.nullcontext)
+    expected = _run_all(case, dtype, seed, lambda a: a, contextlib.nullcontext, lazy)
     moved = {}
 
     @contextlib.contextmanager
@@ -400,7 +400,7 @@ def check_on_device(case, device, seed=0):
             moved[key] = moved.get(key, 0) + count
 
     with installed(device), tape.device("gpu"):  # ops without inputs allocate there too
-        got = _run_all(case, dtype, seed, device.asarray, watched)
+        got = _run_all(case, dtype, seed, device.asarray, watched, lazy)
         for i, array in enumerate(got):
             assert isinstance(array, device.ndarray), (
                 f"{case.id}: result {i} left the device ({type(array).__name__})"
@@ -417,18 +417,23 @@ def check_on_device(case, device, seed=0):
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{case.id} result {i}")
 
 
-def _run_all(case, dtype, seed, upload, watched):
+def _run_all(case, dtype, seed, upload, watched, lazy):
     """Outputs, first and (double_grad) second gradients of the case with inputs and weights put
-    by ``upload``; the op and its gradients run inside ``watched()``."""
+    by ``upload``; the op and its gradients run (and are realized) inside ``watched()``."""
+    with tape.lazy(lazy):
+        tape.reset_global_tape()
+        return _run_all_on_tape(case, dtype, seed, upload, watched)
+
+
+def _run_all_on_tape(case, dtype, seed, upload, watched):
     defn = REGISTRY[case.op]
-    tape.reset_global_tape()
     tape.seed(seed)
     values = [_upload(v, upload) for v in _ordered(case, case.arrays(dtype, seed))]
     grad_slots = _float_slots(case, values) if case.grad else ()
     variables = _variables(values, grad_slots, defn.input_slots)
     with watched():
         outputs = _as_list(defn(*variables, **case.attrs))
-    results = [out.value() for out in outputs]
+        results = [out.value() for out in outputs]
     leaves = _differentiable_leaves(variables, defn.input_slots, grad_slots)
     rng = np.random.default_rng(seed + 1)
     weights = [None if w is None else upload(w) for w in _cotangents(outputs, rng)]
@@ -437,14 +442,14 @@ def _run_all(case, dtype, seed, upload, watched):
         return results
     with watched():
         grads = tape.grad(loss, leaves, create_graph=case.double_grad)
-    results += [g.value() for g in grads if g is not None]
+        results += [g.value() for g in grads if g is not None]
     if case.double_grad:
         grads = [g for g in grads if g is not None and g.requires_grad]
         second = _upload_weighted(grads, [upload(rng.standard_normal(g.shape)) for g in grads])
         if second is not None:
             with watched():
                 seconds = tape.grad(second, leaves)
-            results += [g.value() for g in seconds if g is not None]
+                results += [g.value() for g in seconds if g is not None]
     return results
 
 

@@ -96,8 +96,10 @@ def _float32_gradient_dtypes(case):
 _DEVICE = EmulatedDevice()
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
 @pytest.mark.parametrize("case", CASES, ids=_ids)
-def test_kernels_and_gradients_run_on_the_emulated_gpu(case):
-    """CPU equals GPU on the strict emulated device (tape.testing_device): a kernel calling
-    ``np.`` on a device array, or copying to the host, fails here instead of on a user's GPU."""
-    check_on_device(case, _DEVICE)
+def test_kernels_and_gradients_run_on_the_emulated_gpu(case, lazy):
+    """CPU equals GPU on the strict emulated device (tape.testing_device), eagerly and through
+    the lazy scheduler: a kernel calling ``np.`` on a device array, or copying to the host, fails
+    here instead of on a user's GPU."""
+    check_on_device(case, _DEVICE, lazy=lazy)
