@@ -383,8 +383,9 @@ def gradcheck(fn, inputs, eps=1e-6, rtol=1e-4, atol=1e-6):
 def check_on_device(case, device, seed=0, lazy=False):
     """The case's outputs, gradients and (with ``double_grad``) gradients of gradients computed
     with ``device`` installed as the 'gpu' array module (eagerly, or by the lazy scheduler) equal
-    the CPU's, every result stays on the device, and no kernel or gradient moved data between
-    host and device (ops with side effects, which write files, may download).
+    the CPU's, every result stays on the device, and no kernel or gradient copied data to the
+    host (ops with side effects, which write files, may). Uploads are allowed: without a
+    download first they can only carry what the kernel built from shapes (index tables).
     """
     from tape.testing_device import installed
 
@@ -407,9 +408,7 @@ def check_on_device(case, device, seed=0, lazy=False):
             )
         got = [device.asnumpy(a) for a in got]
     if not REGISTRY[case.op].side_effect:
-        assert moved["to_host"] == moved["to_device"] == 0, (
-            f"{case.id}: kernels moved data between host and device: {moved}"
-        )
+        assert moved["to_host"] == 0, f"{case.id}: kernels copied data to the host: {moved}"
     assert len(got) == len(expected), f"{case.id}: {len(got)} results, CPU {len(expected)}"
     rtol, atol = case.tol.get(np.dtype(dtype).name, _DEFAULT_TOL[np.dtype(dtype).name])
     for i, (g, e) in enumerate(zip(got, expected)):

@@ -123,7 +123,7 @@ def _register_bad_op(name, kernel):
     "kernel, message",
     [
         (lambda xp, attrs, x: np.tanh(x), "does not support ufuncs"),
-        (lambda xp, attrs, x: xp.asarray(np.tanh(to_numpy(x))), "moved data"),
+        (lambda xp, attrs, x: xp.asarray(np.tanh(to_numpy(x))), "copied data to the host"),
         (lambda xp, attrs, x: np.tanh(to_numpy(x)), "left the device"),
     ],
     ids=["numpy_call", "host_round_trip", "returns_host_array"],
