@@ -3,15 +3,13 @@
 An ``OpCase`` says how to build an op's inputs, its attributes and a plain-numpy reference; the
 registry sweep (``tests/ops/test_registry_sweep.py``) derives from each case a forward check per
 dtype (and on non-contiguous inputs), a gradient check against central differences in float64,
-and a double-backward check where the case asks for one, and ``check_on_device`` runs the case's
-kernels and gradients on a GPU array module (the strict emulated device of
-``tape.testing_device`` on machines without one). ``gradcheck`` is the same gradient checker for
-any function of Variables.
+and a double-backward check where the case asks for one (``tape.testing_device.check_on_device``
+runs a case on the emulated GPU). ``gradcheck`` is the same gradient checker for any function of
+Variables.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable
 
@@ -380,100 +378,4 @@ def gradcheck(fn, inputs, eps=1e-6, rtol=1e-4, atol=1e-6):
     return True
 
 
-def check_on_device(case, device, seed=0, lazy=False):
-    """The case's outputs, gradients and (with ``double_grad``) gradients of gradients computed
-    with ``device`` installed as the 'gpu' array module (eagerly, or by the lazy scheduler) equal
-    the CPU's, every result stays on the device, and no kernel or gradient copied data to the
-    host (ops with side effects, which write files, may). Uploads are allowed: without a
-    download first they can only carry what the kernel built from shapes (index tables).
-    """
-    from tape.testing_device import installed
-
-    dtype = case.dtypes[-1]
-    expected = _run_all(case, dtype, seed, lambda a: a, contextlib.nullcontext, lazy)
-    moved = {}
-
-    @contextlib.contextmanager
-    def watched():
-        device.reset_counts()
-        yield
-        for key, count in device.counts.items():
-            moved[key] = moved.get(key, 0) + count
-
-    with installed(device), tape.device("gpu"):  # ops without inputs allocate there too
-        got = _run_all(case, dtype, seed, device.asarray, watched, lazy)
-        for i, array in enumerate(got):
-            assert isinstance(array, device.ndarray), (
-                f"{case.id}: result {i} left the device ({type(array).__name__})"
-            )
-        got = [device.asnumpy(a) for a in got]
-    if not REGISTRY[case.op].side_effect:
-        assert moved["to_host"] == 0, f"{case.id}: kernels copied data to the host: {moved}"
-    assert len(got) == len(expected), f"{case.id}: {len(got)} results, CPU {len(expected)}"
-    rtol, atol = case.tol.get(np.dtype(dtype).name, _DEFAULT_TOL[np.dtype(dtype).name])
-    for i, (g, e) in enumerate(zip(got, expected)):
-        assert (g.dtype, g.shape) == (e.dtype, e.shape), f"{case.id} result {i}: {g.dtype}"
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"{case.id} result {i}")
-
-
-def _run_all(case, dtype, seed, upload, watched, lazy):
-    """Outputs, first and (double_grad) second gradients of the case with inputs and weights put
-    by ``upload``; the op and its gradients run (and are realized) inside ``watched()``."""
-    with tape.lazy(lazy):
-        tape.reset_global_tape()
-        return _run_all_on_tape(case, dtype, seed, upload, watched)
-
-
-def _run_all_on_tape(case, dtype, seed, upload, watched):
-    defn = REGISTRY[case.op]
-    tape.seed(seed)
-    values = [_upload(v, upload) for v in _ordered(case, case.arrays(dtype, seed))]
-    grad_slots = _float_slots(case, values) if case.grad else ()
-    variables = _variables(values, grad_slots, defn.input_slots)
-    with watched():
-        outputs = _as_list(defn(*variables, **case.attrs))
-        results = [out.value() for out in outputs]
-    leaves = _differentiable_leaves(variables, defn.input_slots, grad_slots)
-    rng = np.random.default_rng(seed + 1)
-    weights = [None if w is None else upload(w) for w in _cotangents(outputs, rng)]
-    loss = _upload_weighted(outputs, weights) if leaves else None
-    if loss is None:
-        return results
-    with watched():
-        grads = tape.grad(loss, leaves, create_graph=case.double_grad)
-        results += [g.value() for g in grads if g is not None]
-    if case.double_grad:
-        grads = [g for g in grads if g is not None and g.requires_grad]
-        second = _upload_weighted(grads, [upload(rng.standard_normal(g.shape)) for g in grads])
-        if second is not None:
-            with watched():
-                seconds = tape.grad(second, leaves)
-                results += [g.value() for g in seconds if g is not None]
-    return results
-
-
-def _upload(value, upload):
-    if value is None:
-        return None
-    return [upload(v) for v in value] if isinstance(value, list) else upload(value)
-
-
-def _upload_weighted(outputs, weights):
-    """sum(out * w) over the outputs that need a gradient; None if none does."""
-    total = None
-    for out, w in zip(outputs, weights):
-        if w is None or not out.requires_grad:
-            continue
-        term = (out * tape.Variable(w.astype(out.dtype))).sum()
-        total = term if total is None else total + term
-    return total
-
-
-__all__ = [
-    "OpCase",
-    "check_forward",
-    "check_grad",
-    "check_double_grad",
-    "check_on_device",
-    "gradcheck",
-]
+__all__ = ["OpCase", "check_forward", "check_grad", "check_double_grad", "gradcheck"]

@@ -9,8 +9,8 @@ import pytest
 
 import tests.ops as cases_package
 from ops.registry import REGISTRY
-from tape.testing import check_double_grad, check_forward, check_grad, check_on_device
-from tape.testing_device import EmulatedDevice
+from tape.testing import check_double_grad, check_forward, check_grad
+from tape.testing_device import EmulatedDevice, check_on_device
 
 
 def _load_cases():

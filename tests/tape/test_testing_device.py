@@ -9,8 +9,8 @@ import tape
 from ops.registry import register, unregister
 from ops.xp import array_module, gpu_available, to_numpy
 from tape.errors import ExecutionError
-from tape.testing import OpCase, check_on_device
-from tape.testing_device import DeviceArray, EmulatedDevice, installed
+from tape.testing import OpCase
+from tape.testing_device import DeviceArray, EmulatedDevice, check_on_device, installed
 
 
 @pytest.fixture
