@@ -2,14 +2,26 @@
 
 from layers import init
 from layers.activation import (
+    CELU,
     ELU,
     GELU,
+    GLU,
+    SELU,
+    Hardsigmoid,
+    Hardswish,
+    Hardtanh,
     LeakyReLU,
+    LogSigmoid,
     LogSoftmax,
+    Mish,
+    PReLU,
     ReLU,
+    ReLU6,
     Sigmoid,
+    SiLU,
     Softmax,
     Softplus,
+    Softsign,
     Tanh,
 )
 from layers.container import Sequential
@@ -55,4 +67,18 @@ __all__ += [
     "BatchNorm1d",
     "BatchNorm2d",
     "LayerNorm",
+]
+__all__ += [
+    "SiLU",
+    "Mish",
+    "SELU",
+    "CELU",
+    "Softsign",
+    "Hardswish",
+    "Hardsigmoid",
+    "Hardtanh",
+    "ReLU6",
+    "LogSigmoid",
+    "GLU",
+    "PReLU",
 ]

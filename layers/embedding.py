@@ -55,7 +55,7 @@ class Embedding(Function):
 
         def with_zero_padding_row(shape, dtype):
             table = weight_init(shape, dtype)
-            table = table.value() if isinstance(table, Variable) else np.array(table)
+            table = np.array(table.numpy() if isinstance(table, Variable) else table)
             table[self.padding_idx] = 0
             return table
 

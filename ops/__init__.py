@@ -19,6 +19,9 @@ from ops.registry import REGISTRY, OpDef, lookup, register
 from ops import elementwise, unary, special, activation, compare, reduce, matmul  # noqa: F401
 from ops import shape, select, nn, loss, fill, random  # noqa: F401
 from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru  # noqa: F401
+from ops import stats, along, order, scan, scan_grad, truth, pnorm  # noqa: F401
+from ops import arithmetic, trig, exp_log, rounding, logical, nonfinite  # noqa: F401
+from ops import activation_smooth, activation_hard  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 

@@ -14,3 +14,30 @@ maximum = REGISTRY["elementwise_max"]
 minimum = REGISTRY["elementwise_min"]
 
 __all__ = ["add", "subtract", "sub", "multiply", "divide", "div", "pow", "maximum", "minimum"]
+
+# Elementwise math and activations: PyTorch's and numpy's other names for the same ops.
+mod = REGISTRY["remainder"]
+fix = REGISTRY["trunc"]
+arcsin, arccos, arctan = REGISTRY["asin"], REGISTRY["acos"], REGISTRY["atan"]
+arctan2 = REGISTRY["atan2"]
+arcsinh, arccosh, arctanh = REGISTRY["asinh"], REGISTRY["acosh"], REGISTRY["atanh"]
+left_shift = REGISTRY["bitwise_left_shift"]
+right_shift = REGISTRY["bitwise_right_shift"]
+invert = REGISTRY["bitwise_not"]
+swish = REGISTRY["silu"]
+
+__all__ += [
+    "mod",
+    "fix",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "arctan2",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "left_shift",
+    "right_shift",
+    "invert",
+    "swish",
+]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.errors import DTypeError, ShapeError
+from tape.errors import AxisError, DTypeError, ShapeError
 
 
 def broadcast_shapes(op, x_shape, y_shape, x_name="X", y_name="Y"):
@@ -91,25 +91,43 @@ def require_float(op, var, slot="X"):
 
 
 def normalize_axis(op, axis, ndim, what="axis"):
-    """``axis`` in [-ndim, ndim) -> [0, ndim), or a ShapeError."""
-    if not -ndim <= axis < max(ndim, 1):
-        raise ShapeError(
+    """``axis`` in [-ndim, ndim) -> [0, ndim), or an AxisError (a ValueError and an IndexError).
+
+    A 0-d array takes ``axis`` 0 or -1, as in PyTorch (which gives a scalar one axis); both
+    give 0, which names no dimension of its shape, so callers handle 0-d inputs themselves.
+    """
+    extent = max(ndim, 1)
+    if not -extent <= axis < extent:
+        raise AxisError(
             op,
             f"{what} {axis} is out of range",
-            expected=f"-{ndim} <= {what} < {ndim}",
+            expected=f"-{extent} <= {what} < {extent}",
             actual=str(axis),
         )
-    return axis % max(ndim, 1)
+    return axis % extent
 
 
 def normalize_axes(op, axes, ndim):
-    """A tuple of distinct axes in [0, ndim); None means all axes."""
+    """A sorted tuple of distinct axes in [0, ndim); None means all axes.
+
+    A 0-d array takes 0 and -1 (see ``normalize_axis``) and has no dimension to name: its axes
+    normalize to ``()``, so a reduction over them leaves the scalar as it is (as PyTorch).
+    """
     if axes is None:
         return tuple(range(ndim))
     out = tuple(sorted(normalize_axis(op, a, ndim) for a in axes))
     if len(set(out)) != len(out):
         raise ShapeError(op, "repeated axis", actual=str(axes))
-    return out
+    return out if ndim else ()
+
+
+def kernel_axes(axes, ndim):
+    """The ``axis`` argument an array reduction takes for the attribute ``axes`` (None: all).
+
+    Checked axes pass through as they are (numpy and cupy take negatives), except that a 0-d
+    array's axes name no dimension: ``()``.
+    """
+    return axes if axes is None or ndim else ()
 
 
 def align_y(x_shape, y_shape, axis):

@@ -48,6 +48,8 @@ def softmax(xp, attrs, x):
     """
     if x.size == 0:
         return x.copy()
+    if x.ndim == 0:  # axis 0 or -1 of a scalar: one element along it
+        return softmax.kernel(xp, attrs, x.reshape(1)).reshape(())
     out = x - x.max(axis=attrs["axis"], keepdims=True)
     xp.exp(out, out=out)
     out /= out.sum(axis=attrs["axis"], keepdims=True)
@@ -67,6 +69,8 @@ def softmax_grad(xp, attrs, out, gout):
     dOut = H * (G - sum(G * Out)) - sum(H * Out) * G.
     """
     out, gout = promote(out, gout)
+    if out.ndim == 0:
+        return softmax_grad.kernel(xp, attrs, out.reshape(1), gout.reshape(1)).reshape(())
     gx = out * gout
     total = gx.sum(axis=attrs["axis"], keepdims=True)
     xp.subtract(gout, total, out=gx)
@@ -95,6 +99,8 @@ def log_softmax(xp, attrs, x):
     """
     if x.size == 0:
         return x.copy()
+    if x.ndim == 0:
+        return log_softmax.kernel(xp, attrs, x.reshape(1)).reshape(())
     out = x - x.max(axis=attrs["axis"], keepdims=True)
     out -= xp.log(xp.exp(out).sum(axis=attrs["axis"], keepdims=True))
     return out
@@ -112,6 +118,8 @@ def log_softmax_grad(xp, attrs, out, gout):
     Its gradient along H: dG = H - sum(H * exp(Out), axis), dOut = -H * exp(Out) * sum(G, axis).
     """
     out, gout = promote(out, gout)
+    if out.ndim == 0:
+        return log_softmax_grad.kernel(xp, attrs, out.reshape(1), gout.reshape(1)).reshape(())
     gx = xp.exp(out)
     gx *= gout.sum(axis=attrs["axis"], keepdims=True)
     return xp.subtract(gout, gx, out=gx)

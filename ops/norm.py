@@ -1,4 +1,4 @@
-"""Normalisation: batch_norm (running statistics updated in place) and layer_norm, with grad ops.
+"""Normalisation: batch_norm (running statistics as new values) and layer_norm, with grad ops.
 
 Both normalise X over a set of axes with per-group mean mu and inverse std r = 1/sqrt(var + eps),
 xhat = (X - mu) * r, then apply an affine map. Their gradients are the fused ops of
@@ -81,7 +81,7 @@ def _infer_bn(attrs, x, scale, bias, mean, variance):
 def batch_norm(xp, attrs, x, scale, bias, mean, variance):
     """Y = (X - mu) * r * Scale + Bias per channel (axis 1, or last for NHWC), r = 1/sqrt(var +
     epsilon). Training: mu, var are the batch's (biased) statistics over all other axes, and the
-    running ones update in place, MeanOut = (1 - momentum) * Mean + momentum * mu, VarianceOut
+    running ones are updated, MeanOut = (1 - momentum) * Mean + momentum * mu, VarianceOut
     likewise with the unbiased batch variance (PyTorch). is_test: mu, var = Mean, Variance.
     SavedMean = mu, SavedVariance = r.
 
@@ -100,9 +100,9 @@ def batch_norm(xp, attrs, x, scale, bias, mean, variance):
     centered = x - mu.reshape(bshape)
     if not attrs["is_test"]:
         var = (centered * centered).mean(axis=axes)
-        xp.multiply(mean, 1.0 - momentum, out=mean)
+        mean = mean * (1.0 - momentum)  # new buffers: a kernel never writes its inputs
         mean += momentum * mu
-        xp.multiply(variance, 1.0 - momentum, out=variance)
+        variance = variance * (1.0 - momentum)
         variance += (momentum * count / (count - 1)) * var
     inv_std = 1.0 / xp.sqrt(var + epsilon)
     centered *= (scale * inv_std).reshape(bshape)

@@ -1,12 +1,19 @@
-"""Optimizer update ops: one op per parameter, updating it and its state in place.
+"""Optimizer update ops: one op per parameter, giving its new value and its new state.
 
-Every update op writes into its inputs' buffers (ParamOut is Param, each state output is its
-state input), has no gradient and a side effect, so the scheduler keeps it in tape order. The
-rules are PyTorch's (``torch.optim``) under Paddle's op, slot and attribute names. Scalars
+Each output is the new value of an input Variable (ParamOut of Param, each state output of its
+state input: the ``inplace`` fact), has no gradient and a side effect, so the scheduler keeps it
+in tape order. The kernels are pure: they never write into an input buffer, so an update is a
+new buffer that the engine *commits* by rebinding the Variable once every update of the step
+has been computed (``tape.transaction``). A step that fails part-way thus leaves every
+parameter and state as it was, and a buffer the user or a retained graph still holds never
+changes under them. With ``reuse_grad`` (set by the optimizer when nothing else holds the
+gradient) ParamOut is computed in Grad's buffer, so an SGD step allocates nothing.
+
+The rules are PyTorch's (``torch.optim``) under Paddle's op, slot and attribute names. Scalars
 (LearningRate, Beta1Pow, ...) may have any float dtype; they are cast to Param's dtype before
-they touch a tensor, so float32 parameters stay float32. Kernels reuse one temporary buffer,
-allocated with ``empty_like`` (on 0-d arrays a ufunc without ``out=`` returns a scalar, which
-cannot be an ``out=`` target).
+they touch a tensor, so float32 parameters stay float32. Temporaries are allocated with
+``empty_like`` (on 0-d arrays a ufunc without ``out=`` returns a scalar, which cannot be an
+``out=`` target).
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from ops.registry import Attr, register
 from tape.errors import DTypeError, InputError, ShapeError
 
 _UPDATE = dict(differentiable=False, side_effect=True)
+# Whether ParamOut may be computed in Grad's buffer: the caller guarantees nothing else reads it.
+_REUSE_GRAD = {"reuse_grad": Attr("bool", False)}
 
 
 def _check_like_param(param, var, slot):
@@ -77,6 +86,12 @@ def scalar(xp, value, like):
     return value.reshape(()).astype(like.dtype, copy=False)
 
 
+def _work(xp, attrs, grad, like):
+    """A scratch buffer shaped like Param: Grad's own when ``reuse_grad`` (Grad is dead after
+    the update), else a new one."""
+    return grad if attrs["reuse_grad"] else xp.empty_like(like)
+
+
 def _probability(name, default):
     return Attr("float", default, check=lambda v: 0.0 <= v < 1.0, rule=f"0 <= {name} < 1")
 
@@ -93,14 +108,15 @@ def _infer_sgd(attrs, param, grad, lr):
     "sgd",
     inputs=("Param", "Grad", "LearningRate"),
     outputs=("ParamOut",),
+    attrs=_REUSE_GRAD,
     infer=_infer_sgd,
     inplace={"ParamOut": "Param"},
     **_UPDATE,
 )
 def sgd(xp, attrs, param, grad, lr):
-    """ParamOut = Param - LearningRate * Grad, written into Param's buffer (no gradient)."""
-    step = xp.multiply(grad, scalar(xp, lr, param))
-    return xp.subtract(param, step, out=param)
+    """ParamOut = Param - LearningRate * Grad (no gradient)."""
+    step = xp.multiply(grad, scalar(xp, lr, param), out=_work(xp, attrs, grad, param))
+    return xp.subtract(param, step, out=step)
 
 
 def _infer_momentum(attrs, param, grad, velocity, lr):
@@ -111,29 +127,32 @@ def _infer_momentum(attrs, param, grad, velocity, lr):
     "momentum",
     inputs=("Param", "Grad", "Velocity", "LearningRate"),
     outputs=("ParamOut", "VelocityOut"),
-    attrs={"mu": Attr("float", 0.9, **_NONNEGATIVE), "use_nesterov": Attr("bool", False)},
+    attrs={
+        "mu": Attr("float", 0.9, **_NONNEGATIVE),
+        "use_nesterov": Attr("bool", False),
+        **_REUSE_GRAD,
+    },
     infer=_infer_momentum,
     inplace={"ParamOut": "Param", "VelocityOut": "Velocity"},
     **_UPDATE,
 )
 def momentum(xp, attrs, param, grad, velocity, lr):
-    """SGD with momentum (PyTorch's form, no dampening), in place; no gradient.
+    """SGD with momentum (PyTorch's form, no dampening); no gradient.
 
     VelocityOut = mu * Velocity + Grad;
     ParamOut = Param - LearningRate * (Grad + mu * VelocityOut) with use_nesterov,
     ParamOut = Param - LearningRate * VelocityOut without.
     """
     mu, rate = attrs["mu"], scalar(xp, lr, param)
-    velocity *= mu
+    velocity = xp.multiply(velocity, mu, out=xp.empty_like(param))
     velocity += grad
     if attrs["use_nesterov"]:
-        step = xp.multiply(velocity, mu)
+        step = xp.multiply(velocity, mu, out=xp.empty_like(param))
         step += grad
         step *= rate
     else:
-        step = xp.multiply(velocity, rate)
-    param -= step
-    return param, velocity
+        step = xp.multiply(velocity, rate, out=_work(xp, attrs, grad, param))
+    return xp.subtract(param, step, out=step), velocity
 
 
 _ADAM_INPUTS = ("Param", "Grad", "Moment1", "Moment2", "LearningRate", "Beta1Pow", "Beta2Pow")
@@ -149,6 +168,7 @@ _ADAM_ATTRS = {
     "beta1": _probability("beta1", 0.9),
     "beta2": _probability("beta2", 0.999),
     "epsilon": _EPSILON,
+    **_REUSE_GRAD,
 }
 
 
@@ -175,22 +195,20 @@ def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
 def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
     step_size, correction2 = _bias_corrected(xp, param, lr, beta1_pow, beta2_pow)
-    work = xp.subtract(grad, moment1, out=xp.empty_like(param))
-    work *= 1.0 - beta1
-    moment1 += work  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
-    xp.multiply(grad, grad, out=work)
+    moment1_out = xp.subtract(grad, moment1, out=xp.empty_like(param))
+    moment1_out *= 1.0 - beta1
+    moment1_out += moment1  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
+    moment2_out = xp.multiply(moment2, beta2, out=xp.empty_like(param))
+    work = xp.multiply(grad, grad, out=_work(xp, attrs, grad, param))
     work *= 1.0 - beta2
-    moment2 *= beta2
-    moment2 += work
-    xp.sqrt(moment2, out=work)
+    moment2_out += work
+    xp.sqrt(moment2_out, out=work)
     work /= correction2
     work += attrs["epsilon"]
-    xp.divide(moment1, work, out=work)
+    xp.divide(moment1_out, work, out=work)
     work *= step_size
-    param -= work
-    beta1_pow *= beta1
-    beta2_pow *= beta2
-    return param, moment1, moment2, beta1_pow, beta2_pow
+    param_out = xp.subtract(param, work, out=work)
+    return param_out, moment1_out, moment2_out, beta1_pow * beta1, beta2_pow * beta2
 
 
 @register(
@@ -203,7 +221,7 @@ def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_po
     **_UPDATE,
 )
 def adam(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
-    """Adam (PyTorch's bias correction and epsilon placement), in place; no gradient.
+    """Adam (PyTorch's bias correction and epsilon placement); no gradient.
 
     Beta1Pow and Beta2Pow hold beta1**t and beta2**t for this step t (start them at beta1,
     beta2); each output is the input multiplied by its beta for the next step.
@@ -229,7 +247,7 @@ def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
 
     Param = Param * (1 - LearningRate * coeff), then the ``adam`` update with the same slots.
     """
-    param *= 1.0 - scalar(xp, lr, param) * attrs["coeff"]
+    param = xp.multiply(param, 1.0 - scalar(xp, lr, param) * attrs["coeff"])
     return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
 
 
@@ -263,6 +281,7 @@ def _infer_rmsprop(attrs, param, grad, mean_square, moment, mean_grad, lr):
         "epsilon": _EPSILON,
         "momentum": Attr("float", 0.0, **_NONNEGATIVE),
         "centered": Attr("bool", False),
+        **_REUSE_GRAD,
     },
     infer=_infer_rmsprop,
     inplace={
@@ -286,28 +305,27 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     decay = attrs["decay"]
     work = xp.multiply(grad, grad, out=xp.empty_like(param))
     work *= 1.0 - decay
-    mean_square *= decay
+    mean_square = xp.multiply(mean_square, decay, out=xp.empty_like(param))
     mean_square += work
     if mean_grad is not None:
         xp.subtract(grad, mean_grad, out=work)
         work *= 1.0 - decay
-        mean_grad += work  # MeanGrad = lerp(MeanGrad, Grad, 1 - decay)
+        mean_grad = xp.add(mean_grad, work, out=xp.empty_like(param))  # lerp(MeanGrad, Grad)
         xp.multiply(mean_grad, mean_grad, out=work)
         xp.subtract(mean_square, work, out=work)
         xp.sqrt(work, out=work)
     else:
         xp.sqrt(mean_square, out=work)
     work += attrs["epsilon"]
-    xp.divide(grad, work, out=work)
+    step = xp.divide(grad, work, out=_work(xp, attrs, grad, param))
     if moment is not None:
-        moment *= attrs["momentum"]
-        moment += work
-        xp.multiply(moment, scalar(xp, lr, param), out=work)
+        moment = xp.multiply(moment, attrs["momentum"], out=work)
+        moment += step
+        xp.multiply(moment, scalar(xp, lr, param), out=step)
     else:
-        work *= scalar(xp, lr, param)
-    param -= work
+        step *= scalar(xp, lr, param)
     return (
-        param,
+        xp.subtract(param, step, out=step),
         mean_square,
         [moment] if moment is not None else [],
         [mean_grad] if mean_grad is not None else [],
@@ -322,22 +340,21 @@ def _infer_adagrad(attrs, param, grad, moment, lr):
     "adagrad",
     inputs=("Param", "Grad", "Moment", "LearningRate"),
     outputs=("ParamOut", "MomentOut"),
-    attrs={"epsilon": Attr("float", 1e-10, **_NONNEGATIVE)},
+    attrs={"epsilon": Attr("float", 1e-10, **_NONNEGATIVE), **_REUSE_GRAD},
     infer=_infer_adagrad,
     inplace={"ParamOut": "Param", "MomentOut": "Moment"},
     **_UPDATE,
 )
 def adagrad(xp, attrs, param, grad, moment, lr):
-    """Adagrad (PyTorch's: epsilon outside the root), in place; no gradient.
+    """Adagrad (PyTorch's: epsilon outside the root); no gradient.
 
     MomentOut = Moment + Grad**2;  ParamOut = Param - LearningRate * Grad / (sqrt(MomentOut) +
     epsilon). PyTorch's lr_decay is a learning-rate schedule, applied by the optimizer.
     """
-    work = xp.multiply(grad, grad, out=xp.empty_like(param))
-    moment += work
-    xp.sqrt(moment, out=work)
+    moment_out = xp.multiply(grad, grad, out=xp.empty_like(param))
+    moment_out += moment
+    work = xp.sqrt(moment_out, out=xp.empty_like(param))
     work += attrs["epsilon"]
-    xp.divide(grad, work, out=work)
-    work *= scalar(xp, lr, param)
-    param -= work
-    return param, moment
+    step = xp.divide(grad, work, out=grad if attrs["reuse_grad"] else work)
+    step *= scalar(xp, lr, param)
+    return xp.subtract(param, step, out=step), moment_out

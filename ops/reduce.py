@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ops.compose import NUMPY_AXIS
-from ops.infer import check_list_inputs, normalize_axes, require_float
+from ops.infer import check_list_inputs, kernel_axes, normalize_axes, require_float
 from ops.registry import REGISTRY, Attr, register
 from ops.xp import promote
 from tape.errors import ShapeError
@@ -108,24 +108,43 @@ def sum_to(g, shape):
     return apply(sum_to_shape, (g,), {"shape": tuple(shape)})
 
 
+def reduced_shape(shape, axes, keepdim):
+    """The shape a reduction over the normalized ``axes`` leaves (1s there with ``keepdim``)."""
+    if keepdim:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def accumulated_dtype(dtype):
+    """The dtype sums and products accumulate in, as numpy (and PyTorch for signed ints): bool
+    and narrower integers widen to 64 bits; floats keep theirs."""
+    if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < 8):
+        return np.dtype(np.int64)
+    if dtype.kind == "u" and dtype.itemsize < 8:
+        return np.dtype(np.uint64)
+    return dtype
+
+
 def _infer_reduce(attrs, x):
     axes = normalize_axes(None, attrs["axis"], len(x.shape))
-    if attrs["keepdim"]:
-        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
-    else:
-        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
-    return shape, x.dtype
+    return reduced_shape(x.shape, axes, attrs["keepdim"]), x.dtype
+
+
+def _infer_reduce_sum(attrs, x):
+    shape, dtype = _infer_reduce(attrs, x)
+    return shape, accumulated_dtype(dtype)
 
 
 REDUCE_ATTRS = {"axis": Attr("axes", None), "keepdim": Attr("bool", False)}
 
 
 @register(
-    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce, no_need_buffer=("X",)
+    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce_sum, no_need_buffer=("X",)
 )
 def reduce_sum(xp, attrs, x):
-    """Out = sum of X over ``axis`` (all when None).  dX = dOut broadcast back to X's shape."""
-    return x.sum(axis=attrs["axis"], keepdims=attrs["keepdim"])
+    """Out = sum of X over ``axis`` (all when None); bool and integers narrower than 64 bits sum
+    in 64 bits, as numpy and PyTorch.  dX = dOut broadcast back to X's shape."""
+    return x.sum(axis=kernel_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdim"])
 
 
 @reduce_sum.gradient
@@ -167,7 +186,7 @@ def _infer_reduce_mean(attrs, x):
 )
 def reduce_mean(xp, attrs, x):
     """Out = mean of X over ``axis`` (all when None).  dX = broadcast(dOut) / (elements reduced)."""
-    return x.mean(axis=attrs["axis"], keepdims=attrs["keepdim"])
+    return x.mean(axis=kernel_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdim"])
 
 
 @reduce_mean.gradient
@@ -195,14 +214,14 @@ def _infer_extreme(attrs, x):
 def reduce_max(xp, attrs, x):
     """Out = max of X over ``axis``.  dX = dOut at the positions of the max, shared equally
     among ties (as PyTorch's amax), 0 elsewhere."""
-    return x.max(axis=attrs["axis"], keepdims=attrs["keepdim"])
+    return x.max(axis=kernel_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdim"])
 
 
 @register("reduce_min", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_extreme)
 def reduce_min(xp, attrs, x):
     """Out = min of X over ``axis``.  dX = dOut at the positions of the min, shared equally
     among ties, 0 elsewhere."""
-    return x.min(axis=attrs["axis"], keepdims=attrs["keepdim"])
+    return x.min(axis=kernel_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdim"])
 
 
 @reduce_max.gradient
@@ -229,18 +248,17 @@ def _infer_logsumexp(attrs, x):
 def logsumexp(xp, attrs, x):
     """Out = log(sum(exp(X))) over ``axis``, computed as m + log(sum(exp(X - m))) with m the
     max, so it neither overflows nor underflows.  dX = dOut * exp(X - Out) (a softmax)."""
-    axis, keepdim = attrs["axis"], attrs["keepdim"]
-    axes = normalize_axes(None, axis, x.ndim)
+    axes, keepdim = normalize_axes(None, attrs["axis"], x.ndim), attrs["keepdim"]
     kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     if 0 in kept or not math.prod(x.shape[i] for i in axes):
         # Empty output, or sums over empty axes (0, whose log is -inf): no max to shift by.
         out = xp.full(kept, -xp.inf, dtype=x.dtype)
     else:
-        shift = x.max(axis=axis, keepdims=True)
+        shift = x.max(axis=axes, keepdims=True)
         # An all -inf (or +inf) slice would make X - m NaN; shifting it by 0 gives the limit.
         shift = xp.where(xp.isfinite(shift), shift, 0)
         with np.errstate(divide="ignore"):  # log(0) = -inf for all -inf slices, as intended
-            out = xp.log(xp.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
+            out = xp.log(xp.exp(x - shift).sum(axis=axes, keepdims=True)) + shift
     return out if keepdim else out.reshape(tuple(d for i, d in enumerate(x.shape) if i not in axes))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ops.infer import check_list_inputs, normalize_axes, normalize_axis
+from ops.infer import check_list_inputs, kernel_axes, normalize_axes, normalize_axis
 from ops.registry import Attr, register
 from tape.errors import AttrError, ShapeError
 from tape.tape import apply
@@ -157,7 +157,8 @@ def squeeze(xp, attrs, x):
 
     dX = reshape(dOut, X.shape).
     """
-    return xp.squeeze(x, axis=attrs["axes"] or None)
+    axes = attrs["axes"]
+    return xp.squeeze(x, axis=kernel_axes(axes, x.ndim) if axes else None)
 
 
 @squeeze.gradient

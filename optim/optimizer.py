@@ -9,12 +9,15 @@ first update is recorded, so a failure never leaves parameters half-updated.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from optim.lr_scheduler import LRScheduler
 from optim.regularizer import as_regularizer, regularize
+from tape import transaction
 from tape.errors import AttrError, DTypeError, InputError, ShapeError
 from tape.grad_mode import no_grad
 from tape.tape import get_global_tape, record
@@ -106,26 +109,56 @@ class Optimizer:
     # -- one step ----------------------------------------------------------------------------
 
     def __call__(self, params):
-        """Updates every parameter in ``params`` that has a gradient, and consumes the gradients."""
+        """Updates every parameter in ``params`` that has a gradient, and consumes the gradients.
+
+        A step is a transaction: every update is computed before any is committed (see
+        ``tape.transaction``), so a failure or an interrupt part-way (any exception, Ctrl-C, a
+        MemoryError) leaves every parameter and optimizer state as it was. The step's gradients
+        are dropped then too (their buffers may already hold new values): run backward again.
+        In lazy mode the same holds for the run that executes the recorded updates.
+        """
         params = self._register(params)
         pairs = [(p, p.grad()) for p in params if p.grad() is not None]
         if not pairs:
             return
-        for param, grad in pairs:
-            self._validate(param, grad)
+        for pair in pairs:
+            self._validate(*pair)
+        del pair  # (a gradient held here could not lend its buffer to the update)
         states = [self._state_for(param) for param, _ in pairs]
         defn = REGISTRY[self.op_type]
         attrs = defn.check_attrs(self._attrs())
-        with no_grad():
-            if self.grad_clip is not None:
-                pairs = self.grad_clip(pairs)
-            pairs = regularize(pairs, self.regularization)
-            for (param, grad), state in zip(pairs, states, strict=True):
-                self._record(defn, attrs, param, grad, state)
-                state.step += 1
-        for param in params:
-            param.clear_grad()
-        self.step_count += 1
+        tape = get_global_tape()
+        counters = self._counters(states)
+        try:
+            with transaction.Step(), no_grad():
+                if self.grad_clip is not None:
+                    pairs = self.grad_clip(pairs)
+                pairs = regularize(pairs, self.regularization)
+                for param in params:
+                    param.clear_grad()  # consumed: the buffers may hold the new values
+                grads = [grad for _, grad in pairs]
+                del pairs[:]
+                for index, state in enumerate(states):
+                    reuse = not tape.lazy and _sole_holder(grads, index)
+                    self._record(tape, defn, attrs, state, grads[index], reuse)
+                    grads[index] = None
+                    state.step += 1
+                self.step_count += 1
+        except BaseException:
+            self._restore(states, counters)
+            for param in params:
+                param.clear_grad()
+            raise
+        if tape.lazy:  # the run that executes the updates may still fail: undo these then
+            tape._undo.append((tape._ops[-1], lambda: self._restore(states, counters)))
+
+    def _counters(self, states):
+        return [state.step for state in states], self.step_count
+
+    def _restore(self, states, counters):
+        steps, self.step_count = counters
+        for state, step in zip(states, steps, strict=True):
+            state.step = step
 
     def _register(self, params):
         """The parameters as a list, each seen once; new ones get the next positions."""
@@ -211,16 +244,18 @@ class Optimizer:
             variables[slot] = var
         return ParamState(param, variables, 0 if loaded is None else int(loaded["step"]))
 
-    def _record(self, defn, attrs, param, grad, state):
-        """Records the update op with its outputs bound to its inputs (in place)."""
+    def _record(self, tape, defn, attrs, state, grad, reuse_grad):
+        """Records the update op with its outputs bound to its inputs (updated in place)."""
         plan = state.plan
         if plan is None or plan[0] is not defn:
-            plan = state.plan = _plan(defn, param, state)
+            plan = state.plan = _plan(defn, state.param, state)
         _, args, grad_at, lr_at, given = plan
         args = list(args)
         args[grad_at] = grad
-        args[lr_at] = self._lr_variable(param, self._rate(state))
-        record(get_global_tape(), defn, tuple(args), attrs, given)
+        args[lr_at] = self._lr_variable(state.param, self._rate(state))
+        if reuse_grad:
+            attrs = {**attrs, "reuse_grad": True}
+        record(tape, defn, tuple(args), attrs, given)
 
     # -- state dicts ---------------------------------------------------------------------------
 
@@ -267,6 +302,20 @@ def _plan(defn, param, state):
         given.append(([var] if var is not None else []) if slot in defn.duplicable_outputs else var)
     slots = defn.input_slots
     return defn, args, slots.index("Grad"), slots.index("LearningRate"), tuple(given)
+
+
+def _sole_holder(grads, index):
+    """Whether ``grads`` is all that holds gradient ``grads[index]`` and its buffer (an owned,
+    writable numpy array): then the update may compute the new parameter in that buffer."""
+    var = grads[index]
+    value = var._value
+    return (
+        value.__class__ is np.ndarray
+        and value.base is None
+        and value.flags.writeable
+        and sys.getrefcount(var) == 3  # grads, var, the argument
+        and sys.getrefcount(value) == 3  # the Variable, value, the argument
+    )
 
 
 def _buffer(param):

@@ -17,12 +17,14 @@ from tape import backward as _backward
 from tape.checkpoint import load, save
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
+    AxisError,
     DTypeError,
     ExecutionError,
     FluidError,
     GraphError,
     IndexingError,
     InputError,
+    MutationError,
     ShapeError,
 )
 from tape.executor import Executor, load_inference_program, save_inference_program
@@ -75,11 +77,13 @@ __all__ = [
     "blas_threads",
     "FluidError",
     "ShapeError",
+    "AxisError",
     "DTypeError",
     "AttrError",
     "InputError",
     "GraphError",
     "ExecutionError",
+    "MutationError",
     "save",
     "load",
     "lazy",

@@ -11,16 +11,17 @@ succeeded, so a failing backward never leaves a parameter with a partial gradien
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import replay
+from tape import guard, replay
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import apply, state
-from tape.variable import Variable
+from tape.variable import Variable, owner
 
 
 class GradContext:
@@ -67,11 +68,20 @@ class GradContext:
 def backward(tape, loss, grad=None, retain_graph=False, create_graph=False):
     """Accumulates d(loss)/d(leaf) into every leaf that requires a gradient (DyNet semantics)."""
     leaf_grads = gradients(tape, loss, grad, retain_graph, create_graph)
-    with _mode(tape, create_graph):
+    # Leaves are shared state: threads running backward on their own tapes into the same
+    # parameters take turns here (the scan above, the bulk of the work, stays lock-free).
+    with _ACCUMULATING, _mode(tape, create_graph):
         for var, g in leaf_grads.values():
-            var._grad = g if var._grad is None else REGISTRY["sum"]([var._grad, g])
+            previous = var._grad
+            if previous is not None and previous._pending is not None:
+                if owner(previous) is not tape:
+                    previous._array()  # another thread's lazy tape: no cross-tape link
+            var._grad = g if previous is None else REGISTRY["sum"]([previous, g])
             if var._grad._pending is tape:  # a lazy run asked for one computes them all
-                tape._leaf_grads.append(weakref.ref(var._grad))
+                tape._leaf_grads.append((weakref.ref(var._grad), weakref.ref(var), previous))
+
+
+_ACCUMULATING = threading.RLock()
 
 
 def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
@@ -87,7 +97,7 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     A lazy backward of a tape structure seen before replays the gradient ops it recorded then
     (``tape.replay``): a training loop runs its gradient makers once."""
     _check_loss(loss)
-    if tape.lazy and seed is None and not create_graph and wanted is None:
+    if tape.lazy and seed is None and not create_graph and wanted is None and not tape._written:
         return replay.gradients(
             tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
         )
@@ -103,6 +113,7 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
         tape._structure = None  # it numbers the ops this scan drops
     ops = tape._ops
     leaves = {}
+    written = tape._written  # Variables given new values since ops were recorded: tape.guard
     with _mode(tape, create_graph):
         pending = {id(loss): [loss, _seed_grad(loss, seed)]}
         for index in range(len(ops) - 1, -1, -1):
@@ -128,9 +139,13 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
                     for var in op.output_vars():
                         var._released = True
             if op.defn.grad_maker is not None:
+                if written:
+                    guard.check(written, op)
                 _run_grad_maker(op, gouts, pending)
             if drop:
                 ops[index] = None
+        if drop:
+            tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
         for item in pending.values():
             var, g = item[0], _total(item)
             if wanted is not None and id(var) in wanted:

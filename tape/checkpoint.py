@@ -29,6 +29,7 @@ import zipfile
 import numpy as np
 
 from ops.xp import array_module, to_numpy
+from tape import transaction
 from tape.errors import FluidError, InputError
 from tape.variable import Variable
 
@@ -172,7 +173,8 @@ def load(path, params, optimizer=None, strict=True):
     Everything is validated before anything is assigned: the archive, each array's SHA-256,
     that every name is present (and, with ``strict``, that the file has no other names), each
     shape and dtype, and the optimizer state. On any problem a ``CheckpointError`` names the
-    entry and no parameter changes. Values are copied into the parameters' buffers.
+    entry and no parameter changes. Each parameter gets a new buffer holding its value, all of
+    them (and the optimizer state) committed together (``tape.transaction``).
     """
     path = os.fspath(path)
     named = named_variables(params)
@@ -182,13 +184,8 @@ def load(path, params, optimizer=None, strict=True):
     apply_optimizer = None
     if optimizer is not None:
         apply_optimizer = _prepare_optimizer(path, manifest, arrays, optimizer, named, strict)
-    for var, buffer, array in targets:
-        if buffer is None:
-            var.set_value(array.copy())
-        else:
-            buffer[...] = array_module(buffer).asarray(array)
-    if apply_optimizer is not None:
-        apply_optimizer()
+    writes = [(var, _placed(var, array)) for var, array in targets]
+    transaction.commit(writes, [apply_optimizer] if apply_optimizer is not None else ())
 
 
 def _corrupted(path, err):
@@ -313,10 +310,15 @@ def _match(path, named, stored, strict):
                 expected=f"shape {tuple(var.shape)}, dtype {var.dtype} (the parameter)",
                 actual=f"shape {tuple(array.shape)}, dtype {array.dtype} (the checkpoint)",
             )
-        buffer = var.value()
-        writable = getattr(getattr(buffer, "flags", None), "writeable", True)
-        targets.append((var, buffer if writable else None, array))
+        targets.append((var, array))
     return targets
+
+
+def _placed(var, array):
+    """A new buffer for ``var`` holding ``array``, on ``var``'s device."""
+    current = var._value
+    xp = array_module(current) if current is not None else np
+    return xp.array(array, dtype=var.dtype, copy=True)
 
 
 def _decode(value, arrays):

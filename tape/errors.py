@@ -105,6 +105,11 @@ class ShapeError(FluidError, ValueError):
     """Input shapes an op cannot accept."""
 
 
+class AxisError(ShapeError, IndexError):
+    """An axis outside an input's range: a ShapeError (so a ValueError) and an IndexError, as
+    numpy's AxisError is both."""
+
+
 class DTypeError(FluidError, TypeError):
     """Input dtypes an op cannot accept."""
 
@@ -131,3 +136,7 @@ class GraphError(FluidError, RuntimeError):
 
 class ExecutionError(FluidError, RuntimeError):
     """A kernel failed while running; the original exception is chained as its cause."""
+
+
+class MutationError(GraphError):
+    """A Variable an op saved for backward was given a new value before that backward."""

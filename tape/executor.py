@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from ops.xp import module_for, to_numpy
+from tape import transaction
 from tape.errors import GraphError, InputError
 from tape.ir import Block, OpDesc, Program, VarDesc, canonical_form
 from tape.passes import execute, pipeline
@@ -82,7 +83,10 @@ class Executor:
         )
         compiled = self.cache.get(key)
         if compiled is None:
-            keep = [f"fetch@{name}" for name in fetch_names]
+            # Fetches, and what ops update in place: the run's writes to them are committed.
+            keep = [f"fetch@{name}" for name in fetch_names] + sorted(
+                updated_in_place(full.global_block())
+            )
             compiled = pipeline.schedule(
                 pipeline.analyse(full),
                 keep,
@@ -124,16 +128,27 @@ class Executor:
         )
 
     def _write_back(self, compiled, full, order, vals, program, scope):
+        """Commits the new values of persistable variables and of variables an op updated in
+        place (an optimizer's parameter), all together, only after the whole run succeeded."""
         block = full.global_block()
+        updated = updated_in_place(block)
+        writes = []
         for slot in compiled.writeback:  # (slots of a rewrite's own variables are never kept)
             name = order[slot]
-            if not block.vars[name].persistable:
-                continue
-            if scope is not None:
-                scope[name] = vals[slot]
-            bound = program.bindings.get(name)
-            if bound is not None:
-                bound._value, bound._pending = vals[slot], None
+            if block.vars[name].persistable or name in updated:
+                writes.append((name, vals[slot]))
+        with transaction.uninterrupted():
+            for name, value in writes:
+                if scope is not None:
+                    scope[name] = value
+                bound = program.bindings.get(name)
+                if bound is not None:
+                    bound._value, bound._pending = value, None
+
+
+def updated_in_place(block):
+    """Names an op both reads and writes (an update op's Param and ParamOut)."""
+    return {name for op in block.ops for name in set(op.input_names()) & set(op.output_names())}
 
 
 def _fetch_names(program, fetch_list):

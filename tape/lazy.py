@@ -29,12 +29,13 @@ import weakref
 import numpy as np
 
 from ops.xp import to_numpy
+from tape import guard, rollback
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
-from tape.structure import flatten
 from tape.trace import Trace, compile_trace, effectful, held_among
-from tape.variable import owner
+from tape.transaction import uninterrupted
+from tape.variable import Failed, owner
 
 
 class _Options(threading.local):
@@ -144,6 +145,13 @@ def _run(tape, targets):
         for var in targets:  # nothing can be owed to them: they are up to date
             var._pending = None
         return
+    # Another thread may ask for a value of this tape (a shared parameter's gradient): one
+    # run at a time.
+    with tape._run_lock:
+        _run_locked(tape, targets)
+
+
+def _run_locked(tape, targets):
     optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
         scan = Trace(tape, targets, optional)
@@ -165,16 +173,19 @@ def _gradients(tape, targets):
     the others are usually read next (one per parameter), so one run computes them all."""
     if not tape._leaf_grads:
         return ()
-    grads = [ref() for ref in tape._leaf_grads]
-    grads = {id(g): g for g in grads if g is not None and g._pending is tape}
-    tape._leaf_grads = [weakref.ref(g) for g in grads.values()]  # the ones still owed
+    owed = [e for e in tape._leaf_grads if e[0]() is not None and e[0]()._pending is tape]
+    tape._leaf_grads = owed  # the ones still owed
+    grads = {id(g): g for g in (e[0]() for e in owed) if g is not None}
     if not targets or not any(id(v) in grads for v in targets):
         return ()
     return tuple(grads)
 
 
 def _execute(tape, scan, entry):
-    """Binds, runs and writes back one plan; returns a freed input to recompute, or None."""
+    """Binds, runs and commits one plan; returns a freed input to recompute, or None.
+
+    Nothing is committed unless the whole plan ran: on any exception (Ctrl-C included) the
+    run's ops are dropped and the tape's state restored (``tape.rollback``)."""
     variables = scan.variables
     holding = frozenset(held_among(variables, scan.refs, entry.candidates))
     compiled = entry.plan(holding, options.exact)
@@ -182,9 +193,12 @@ def _execute(tape, scan, entry):
     for slot in compiled.inputs:
         var = variables[slot]
         value = var._value
-        computes = owner(var) if var._pending is not None else None
+        pending = var._pending
+        computes = owner(var) if pending is not None else None
+        if pending.__class__ is Failed:
+            raise pending.error()
         if computes is not None and computes is not tape:
-            value = var.value()  # computed on another tape: run that one first
+            value = var._array()  # computed on another tape: run that one first
         if value is None:
             if computes is tape:
                 return var
@@ -194,22 +208,36 @@ def _execute(tape, scan, entry):
                 hint="it is an empty handle that no op has written",
             )
         vals[slot] = value
-    for slot in compiled.inputs:
-        if slot in compiled.freed:  # computed by an earlier run: let the plan free it
-            variables[slot]._value = None
-    for slot, array in stand_ins(compiled):
-        vals[slot] = array
-    check = _Validation(entry, compiled, vals) if options.validate else None
+    snapshot = rollback.Snapshot(compiled.random)
+    committed = False
     try:
+        for slot in compiled.inputs:
+            if slot in compiled.freed:  # computed by an earlier run: let the plan free it
+                snapshot.release(variables[slot])
+        for slot, array in stand_ins(compiled):
+            vals[slot] = array
+        check = _Validation(entry, compiled, vals) if options.validate else None
         execute.run(compiled, vals, options.threads)
-    except Exception as err:
-        done = getattr(err, "completed", ())
-        slots = (
-            s for i in done for s in flatten([compiled.instructions[i][4]]) if s < len(variables)
-        )  # (not a rewrite's own variables)
-        ran = [scan.pending[entry.ran[i]] for i in _recorded_ops(compiled, done)]
-        _write_back(tape, compiled, vals, variables, slots, ran)
+        with uninterrupted():
+            _commit(tape, scan, entry, compiled, vals)
+            committed = True
+    except BaseException as err:
+        if not committed:
+            computed = {
+                id(variables[s]): vals[s]
+                for s in compiled.produced
+                if s < len(variables) and vals[s] is not None  # (not a rewrite's own)
+            }
+            rollback.abort(tape, [scan.pending[i] for i in entry.ran], err, snapshot, computed)
         raise
+    if check is not None:
+        check.compare(vals)
+    return None
+
+
+def _commit(tape, scan, entry, compiled, vals):
+    """Writes the run's kept values into their Variables and drops the ops that ran."""
+    variables = scan.variables
     all_ran = len(entry.ran) == len(scan.pending)  # (the usual case)
     _write_back(
         tape,
@@ -222,22 +250,14 @@ def _execute(tape, scan, entry):
     freed_by = weakref.ref(tape)  # (see tape.variable.owner: no cycle through the tape)
     for slot in entry.freed_variables(compiled):
         variables[slot]._pending = freed_by
+    if tape._undo:
+        ran = {id(scan.pending[i]) for i in entry.ran}
+        tape._undo = [(op, undo) for op, undo in tape._undo if id(op) not in ran]
     tape._last_plan = compiled
-    if check is not None:
-        check.compare(vals)
-    return None
-
-
-def _recorded_ops(compiled, instructions):
-    """The indices (in the pruned block) of the recorded ops among a plan's ``instructions``: a
-    rewrite's own ops are none of them, so the recorded ops they replaced stay pending (they
-    are pure: a later run recomputes what is still asked for)."""
-    decisions = compiled.analysis
-    recorded = {
-        id(op): i for i, op in enumerate(decisions.analysis.pruned.program.global_block().ops)
-    }
-    ops = decisions.block.ops
-    return [recorded[id(ops[i])] for i in instructions if id(ops[i]) in recorded]
+    updated = [variables[s] for s in entry.updated_slots]
+    if updated:
+        guard.note_writes(updated, "an in-place update (a lazy run)")
+    tape.compact()
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):

@@ -1,4 +1,9 @@
-"""Python operators on Variable (``+ - * / @ ** neg``, comparisons, indexing, reductions), as ops.
+"""Python operators on Variable (``+ - * / // % @ ** neg``, comparisons, ``& | ^ ~ << >>``,
+indexing, reductions), as ops.
+
+``%`` and ``//`` are Python's (and PyTorch's) 'remainder' and 'floor_divide': the remainder has
+the divisor's sign. ``& | ^ ~`` are bitwise on integers and logical on bools ('bitwise_*'), as
+in PyTorch; ``<< >>`` shift integers.
 
 Each operator records one registered op; this module only maps Python syntax to op types.
 """
@@ -102,6 +107,20 @@ def install():
         "__rtruediv__": _binary("elementwise_div", reflected=True),
         "__pow__": _binary("elementwise_pow"),
         "__rpow__": _binary("elementwise_pow", reflected=True),
+        "__floordiv__": _binary("floor_divide"),
+        "__rfloordiv__": _binary("floor_divide", reflected=True),
+        "__mod__": _binary("remainder"),
+        "__rmod__": _binary("remainder", reflected=True),
+        "__and__": _binary("bitwise_and"),
+        "__rand__": _binary("bitwise_and", reflected=True),
+        "__or__": _binary("bitwise_or"),
+        "__ror__": _binary("bitwise_or", reflected=True),
+        "__xor__": _binary("bitwise_xor"),
+        "__rxor__": _binary("bitwise_xor", reflected=True),
+        "__lshift__": _binary("bitwise_left_shift"),
+        "__rlshift__": _binary("bitwise_left_shift", reflected=True),
+        "__rshift__": _binary("bitwise_right_shift"),
+        "__rrshift__": _binary("bitwise_right_shift", reflected=True),
         "__matmul__": _binary("matmul"),
         "__rmatmul__": _binary("matmul", reflected=True),
         "__lt__": _binary("less_than"),
@@ -112,6 +131,7 @@ def install():
         "__ne__": _binary("not_equal"),
         "__neg__": _unary("neg"),
         "__abs__": _unary("abs"),
+        "__invert__": _unary("bitwise_not"),
         "__getitem__": _getitem,
         "__setitem__": _setitem,
         "sum": _sum,
@@ -121,9 +141,118 @@ def install():
         "reshape": _reshape,
         "transpose": _transpose,
         "astype": _astype,
+        # Reductions, scans and order statistics, as PyTorch's Tensor methods (dim, keepdim).
+        "prod": _prod,
+        "var": _spread("var"),
+        "std": _spread("std"),
+        "argmax": _arg_reduction("argmax"),
+        "argmin": _arg_reduction("argmin"),
+        "any": _truth("any"),
+        "all": _truth("all"),
+        "cumsum": _scan("cumsum"),
+        "cumprod": _scan("cumprod"),
+        "logcumsumexp": _scan("logcumsumexp"),
+        "cummax": _scan("cummax"),
+        "cummin": _scan("cummin"),
+        "sort": _sort,
+        "argsort": _argsort,
+        "topk": _topk,
+        "kthvalue": _kthvalue,
+        "median": _median,
+        "norm": _norm,
+        "isclose": _isclose,
+        "allclose": _allclose,
     }
     for name, fn in table.items():
         setattr(Variable, name, fn)
     Variable.__hash__ = object.__hash__
     Variable.T = property(lambda self: _transpose(self), doc="The transpose (axes reversed).")
     Variable.__pos__ = lambda self: self
+
+
+# ---- reductions, scans and order statistics (PyTorch's Tensor methods) --------------------------
+
+
+def _prod(self, dim=None, keepdim=False):
+    """Product over ``dim`` (all elements when None), as op 'prod'."""
+    return REGISTRY["prod"](self, axis=dim, keepdim=keepdim)
+
+
+def _spread(op_type):
+    def method(self, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        if unbiased is not None and correction is not None:
+            raise TypeError(f"{op_type}(): give either 'unbiased' or 'correction', not both")
+        if correction is None:
+            correction = 1 if unbiased is None or unbiased else 0
+        return REGISTRY[op_type](self, axis=dim, correction=correction, keepdim=keepdim)
+
+    method.__name__ = op_type
+    method.__doc__ = f"""'{op_type}' over ``dim`` (all when None), dividing by N - correction
+    (``unbiased=False`` means correction 0), as PyTorch."""
+    return method
+
+
+def _arg_reduction(op_type):
+    def method(self, dim=None, keepdim=False):
+        return REGISTRY[op_type](self, axis=dim, keepdim=keepdim)
+
+    method.__name__ = op_type
+    method.__doc__ = f"Index of the {op_type[3:]} along ``dim`` (flat when None), as '{op_type}'."
+    return method
+
+
+def _truth(op_type):
+    def method(self, dim=None, keepdim=False):
+        return REGISTRY[op_type](self, axis=dim, keepdim=keepdim)
+
+    method.__name__ = op_type
+    method.__doc__ = f"Whether {op_type} elements over ``dim`` are nonzero, as op '{op_type}'."
+    return method
+
+
+def _scan(op_type):
+    def method(self, dim):
+        return REGISTRY[op_type](self, axis=dim)
+
+    method.__name__ = op_type
+    method.__doc__ = f"'{op_type}' along ``dim``."
+    return method
+
+
+def _sort(self, dim=-1, descending=False, stable=False):
+    """(values, indices) sorted along ``dim``, as op 'sort'."""
+    return REGISTRY["sort"](self, axis=dim, descending=descending, stable=stable)
+
+
+def _argsort(self, dim=-1, descending=False, stable=False):
+    return REGISTRY["argsort"](self, axis=dim, descending=descending, stable=stable)
+
+
+def _topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002  (PyTorch's name)
+    """(values, indices) of the k largest (or smallest) along ``dim``, as op 'topk'."""
+    return REGISTRY["topk"](self, k=k, axis=dim, largest=largest, sorted=sorted)
+
+
+def _kthvalue(self, k, dim=-1, keepdim=False):
+    return REGISTRY["kthvalue"](self, k=k, axis=dim, keepdim=keepdim)
+
+
+def _median(self, dim=None, keepdim=False):
+    """The lower median: of all elements (values only) when ``dim`` is None, else (values,
+    indices) along ``dim``, as ``torch.median``."""
+    result = REGISTRY["median"](self, axis=dim, keepdim=keepdim)
+    return result.values if dim is None else result
+
+
+def _norm(self, p="fro", dim=None, keepdim=False):
+    """The p-norm over ``dim`` (all elements when None), as op 'norm'."""
+    return REGISTRY["norm"](self, p=p, axis=dim, keepdim=keepdim)
+
+
+def _isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return REGISTRY["isclose"](self, other, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def _allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Whether every element is close to ``other``: a Python bool, as ``torch.allclose``."""
+    return bool(REGISTRY["allclose"](self, other, rtol=rtol, atol=atol, equal_nan=equal_nan))

@@ -37,3 +37,26 @@ def generator(xp):
                     gen = xp.random.default_rng(_seed)
                 _generators[xp] = gen
     return gen
+
+
+def states():
+    """The current state of every generator (see ``restore``)."""
+    with _lock:
+        return _seed, {xp: gen.bit_generator.state for xp, gen in _generators.items()}
+
+
+def restore(saved):
+    """Puts the generators back as ``states()`` found them (a failed lazy run's draws are
+    undone, so the next run draws what it would have drawn)."""
+    global _seed
+    seed_value, generator_states = saved
+    with _lock:
+        if seed_value != _seed:
+            return  # re-seeded since: the new seed decides
+        for xp in list(_generators):
+            if xp not in generator_states:
+                del _generators[xp]  # created by the failed run: start it afresh
+        for xp, state in generator_states.items():
+            gen = _generators.get(xp)
+            if gen is not None:
+                gen.bit_generator.state = state

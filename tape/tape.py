@@ -8,13 +8,16 @@ is forgotten, so its buffers are freed as soon as the user drops them.
 
 from __future__ import annotations
 
+import bisect
 import threading
 
 import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
+from tape import guard, transaction
 from tape.errors import ExecutionError, FluidError, user_location
+from tape.guard import LIVE_TAPES
 from tape.op_handle import OpHandle, slot_entries
 from tape.variable import Variable
 
@@ -24,16 +27,26 @@ class Tape:
 
     Args:
         lazy: record and infer shapes only; values are computed on demand by the scheduler.
-        record_all: keep every op, even those no gradient flows through (for building Programs).
+        record_all: keep every op, even those no gradient flows through and those that ran (for
+            building Programs). Otherwise ops leave the tape once nothing can need them (their
+            gradient ran, or they have none, and they ran), so a loop that never resets the
+            tape stays flat in memory and time.
     """
 
     def __init__(self, lazy=False, record_all=False):
+        self.keep_history = bool(record_all)
         self._ops = []
         self._pending_ops = []  # ops recorded lazily that have not run yet (tape.lazy runs them)
         self._structure = None  # tape.structure's numbering of the ops, extended by lazy runs
-        self._leaf_grads = []  # weak references to leaf gradients a lazy backward recorded
+        # (weak gradient, weak leaf, the leaf's gradient before) per leaf gradient a lazy
+        # backward recorded
+        self._leaf_grads = []
+        self._written = {}  # id(var) -> (ops recorded then, var, how, where): see tape.guard
+        self._undo = []  # (op, callback) run when a lazy run that was to run op fails
+        self._run_lock = threading.RLock()
         self.lazy = lazy
         self.record_all = record_all or lazy
+        LIVE_TAPES.add(self)
 
     @property
     def ops(self):
@@ -94,11 +107,45 @@ class Tape:
         backward(self, loss, grad, retain_graph, create_graph)
 
     def reset(self):
-        self._ops, self._structure = [], None
+        self._ops, self._structure, self._written = [], None, {}
+
+    def compact(self, keep=None):
+        """Removes dropped ops (and, for a lazy tape, the ops that ran and that no backward can
+        reach any more) and numbers the rest afresh. ``keep(op)`` overrides the rule."""
+        if self.keep_history:
+            return
+        ops = self._ops
+        if keep is None:
+            pending = {id(op) for op in self._pending_ops}
+            kept = [op for op in ops if op is not None and (id(op) in pending or needed(op))]
+        else:
+            kept = [op for op in ops if op is not None and keep(op)]
+        if len(kept) == len(ops):
+            return
+        old = [op.index for op in kept]
+        for index, op in enumerate(kept):
+            op.index = index
+        self._ops, self._structure = kept, None
+        if self._written:  # an entry counts the ops recorded before a write
+            self._written = {
+                key: (bisect.bisect_left(old, count),) + entry[1:]
+                for key, entry in self._written.items()
+                for count in (entry[0],)
+            }
 
     def __repr__(self):
         mode = "lazy" if self.lazy else "eager"
         return f"Tape({mode}, {len(self.ops)} ops)"
+
+
+def needed(op):
+    """Whether a backward may still differentiate ``op`` (a differentiable op with an output
+    that requires a gradient, none of them released by an earlier backward)."""
+    defn = op.defn
+    if defn.grad_maker is None or not defn.differentiable:
+        return False
+    outputs = op.output_vars()
+    return any(v.requires_grad for v in outputs) and not any(v._released for v in outputs)
 
 
 class _ThreadState(threading.local):
@@ -144,14 +191,16 @@ def _values(args):
         if arg is None:
             values.append(None)
         elif arg.__class__ is list:
-            values.append(
-                [v.value() if v._pending is not None or v._value is None else v._value for v in arg]
-            )
+            values.append([_current(v) for v in arg])
         elif arg._pending is not None or arg._value is None:
-            values.append(arg.value())
+            values.append(arg._array())
         else:
             values.append(arg._value)
     return values
+
+
+def _current(var):
+    return var._array() if var._pending is not None or var._value is None else var._value
 
 
 def _wants_grad(args):
@@ -263,7 +312,7 @@ def record(tape, defn, args, attrs, given=None):
 def _run_single(defn, attrs, args):
     """The array a one-output op computes from Variables (numpy without module dispatch)."""
     values = [
-        arg.value() if arg._pending is not None or arg._value is None else arg._value
+        arg._array() if arg._pending is not None or arg._value is None else arg._value
         for arg in args
     ]
     if values[0].__class__ is _NDARRAY:
@@ -287,28 +336,32 @@ def _outputs(defn, descs, values, grad, given, args, tape):
             handles = handle or [None] * len(desc)
             value = value if value is not None else [None] * len(desc)
             results.append(
-                [_fill(h, d, v, grad, args, tape) for h, d, v in zip(handles, desc, value)]
+                [_fill(defn, h, d, v, grad, args, tape) for h, d, v in zip(handles, desc, value)]
             )
         else:
-            results.append(_fill(handle, desc, value, grad, args, tape))
+            results.append(_fill(defn, handle, desc, value, grad, args, tape))
     return tuple(results)
 
 
-def _fill(handle, desc, value, grad, args, tape):
+def _fill(defn, handle, desc, value, grad, args, tape):
     shape, dtype = desc
     wants = grad and dtype.kind in "fc"
     if handle is None:
         var = Variable._make(value, shape, dtype, wants)
     elif any(handle is a for a in args):
-        # In place (e.g. an optimizer update): the variable keeps its flags, and in lazy mode its
-        # old value until the pending update runs.
+        # In place (e.g. an optimizer update): the variable keeps its flags and its old value
+        # until the new one is committed (at once, at the end of an optimizer step, or when the
+        # pending lazy update has run).
         var = handle
         if value is not None:
-            var._value = value
+            transaction.write(var, value)
     else:
         var = handle
+        in_use = var._value is not None or var._pending is not None
         var._value, var.shape, var.dtype = value, shape, dtype
         var.requires_grad, var._leaf, var._released = wants, not wants, False
+        if in_use:  # an existing Variable rebound as an op's output
+            guard.note_writes((var,), f"the output of op '{defn.type}'")
     if value is None:
         var._pending = tape
     return var

@@ -152,6 +152,17 @@ class Compiled:
                 if name not in keep and not block.vars[name].persistable
             )
         )
+        # Variables an op of the run updates in place (an optimizer's): their old values must
+        # not be read by a later backward over ops recorded before (tape.guard).
+        self.updated_slots = tuple(
+            sorted(
+                {
+                    self.slot_of[name]
+                    for op in block.ops
+                    for name in set(op.input_names()) & set(op.output_names())
+                }
+            )
+        )
 
     def plan(self, held, exact=False):
         """The plan when the user holds the variables in slots ``held`` (kept as well);

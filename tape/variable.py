@@ -12,8 +12,8 @@ import weakref
 
 import numpy as np
 
-from ops.xp import as_array, to_numpy
-from tape.errors import GraphError, InputError, ShapeError
+from ops.xp import array_module, to_numpy
+from tape.errors import DTypeError, FluidError, GraphError, InputError, ShapeError, user_location
 
 _serial = itertools.count()
 
@@ -52,18 +52,23 @@ class Variable:
 
     def __init__(self, data=None, requires_grad=False, name=None, dtype=None):
         if isinstance(data, Variable):
-            data = data.value()
+            data = data._array()
         if data is None:
             value, shape, dt = None, None, (np.dtype(dtype) if dtype is not None else None)
         else:
-            value = as_array(data, dtype)
+            try:
+                value = own_array(data, dtype, "Variable")
+            except FluidError as err:
+                raise err.with_context(location=user_location()) from None
             shape, dt = value.shape, value.dtype
         if requires_grad and dt is not None and dt.kind not in "fc":
             raise InputError(
                 None,
-                f"variable {name or ''!s} cannot require a gradient",
+                f"variable {name or ''!s} cannot require a gradient".replace("  ", " "),
                 expected="a floating-point dtype",
                 actual=str(dt),
+                hint="pass float data, or dtype=np.float32",
+                location=user_location(),
             )
         self._value, self.shape, self.dtype, self._name = value, shape, dt, name
         self.requires_grad, self._grad, self._leaf = bool(requires_grad), None, True
@@ -102,8 +107,22 @@ class Variable:
         return self._leaf
 
     def value(self):
-        """The array (numpy or cupy); in lazy mode, runs what is needed to compute it."""
+        """The array (numpy or cupy); in lazy mode, runs what is needed to compute it.
+
+        A numpy value is a read-only view: the buffer may be saved for backward, and fluidtape
+        never changes a buffer in place (``set_value`` gives the Variable a new one)."""
+        return read_only(self._array())
+
+    def numpy(self):
+        """The value as a numpy array (read-only; a copy on the host for GPU variables)."""
+        return read_only(to_numpy(self._array()))
+
+    def _array(self):
+        """The buffer itself, for the library (runs pending lazy work first)."""
         if self._pending is not None:
+            pending = self._pending
+            if pending.__class__ is Failed:
+                raise pending.error()
             tape = owner(self)
             if tape is not None:
                 tape.realize([self])
@@ -115,16 +134,22 @@ class Variable:
             )
         return self._value
 
-    def numpy(self):
-        """The value as a numpy array (copied to the host for GPU variables)."""
-        return to_numpy(self.value())
-
     def item(self):
         return self.numpy().item()
 
     def set_value(self, data):
-        """Replaces the buffer, keeping shape and dtype (e.g. to feed new data each step)."""
-        value = as_array(data, self.dtype)
+        """Gives the Variable a copy of ``data`` as its new buffer, keeping shape and dtype (e.g.
+        to feed new data each step).
+
+        Pending lazy ops that read the old value run first (as they would have in eager mode);
+        backward over an op recorded before the change that saved this Variable raises a
+        ``MutationError`` instead of using the new value (``tape.guard``)."""
+        from tape import guard
+
+        try:
+            value = own_array(data, self.dtype, "set_value")
+        except FluidError as err:
+            raise err.with_context(location=user_location()) from None
         if self.shape is not None and value.shape != self.shape:
             raise ShapeError(
                 None,
@@ -132,7 +157,12 @@ class Variable:
                 expected=str(self.shape),
                 actual=str(value.shape),
             )
+        readers = guard.pending_readers(self)
+        for var in readers:
+            var._array()
         self._value, self.shape, self.dtype = value, value.shape, value.dtype
+        self._pending = None
+        guard.note_writes((self,), "set_value")
 
     def grad(self):
         """The accumulated gradient as a Variable, or None if backward has not reached it."""
@@ -143,8 +173,10 @@ class Variable:
         self._grad = None
 
     def detach(self):
-        """A new leaf sharing this value, cut from the tape."""
-        return Variable(self.value())
+        """A new leaf sharing this value, cut from the tape (buffers never change in place, so
+        sharing is safe)."""
+        value = self._array()
+        return Variable._make(value, value.shape, value.dtype, False)
 
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
@@ -192,6 +224,73 @@ class Variable:
         return f"Variable({', '.join(parts)})"
 
 
+_NDARRAY = np.ndarray
+
+
+def read_only(array):
+    """A read-only view of a numpy ``array`` (itself if it already is one); cupy arrays as
+    they are (they have no such flag)."""
+    if array.__class__ is _NDARRAY and array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
+def own_array(data, dtype=None, what="Variable"):
+    """A copy of ``data`` as a numeric array the Variable owns (numpy, or cupy for cupy data):
+    the caller may reuse ``data`` afterwards. Refuses what has no numeric meaning (objects,
+    strings, generators, ragged lists) with an InputError naming ``what``."""
+    if dtype is not None:
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError as err:
+            raise DTypeError(None, f"{what}: invalid dtype", actual=f"{dtype!r}: {err}") from None
+    if hasattr(data, "__next__") or (hasattr(data, "__iter__") and not hasattr(data, "__len__")):
+        raise InputError(
+            None,
+            f"{what}: data must be an array, a number or a (nested) list of numbers",
+            actual=type(data).__name__,
+            hint="materialise an iterator first, e.g. list(...) or np.fromiter(...)",
+        )
+    xp = array_module(data)
+    try:
+        value = xp.array(data, dtype=dtype, copy=True)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise InputError(
+            None,
+            f"{what}: data cannot be turned into a numeric array",
+            expected=f"numbers{f' representable as {dtype}' if dtype is not None else ''}",
+            actual=f"{type(data).__name__}: {err}",
+        ) from None
+    if value.dtype.kind not in "biufc":
+        raise InputError(
+            None,
+            f"{what}: data must be numeric",
+            expected="bool, integer, float or complex values",
+            actual=f"dtype {value.dtype} ({type(data).__name__})",
+        )
+    return value
+
+
+class Failed:
+    """The ``_pending`` mark of a Variable a failed lazy run was to compute: reading it raises
+    that failure again (its ops were dropped; nothing will compute it)."""
+
+    __slots__ = ("cause",)
+
+    def __init__(self, cause):
+        self.cause = cause
+
+    def error(self):
+        cause = self.cause
+        return GraphError(
+            None,
+            "the lazy run that was to compute this value failed, and its ops were dropped",
+            actual=f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}",
+            hint="record the computation again (the parameters kept their values)",
+        )
+
+
 def owner(var):
     """The lazy tape that computes ``var``, or None: the tape it is pending on, or the tape whose
     run freed its value (recomputed on request). The latter is held weakly: a freed variable is
@@ -199,4 +298,6 @@ def owner(var):
     tape a reference cycle, garbage only the collector finds (full collections cost lazy mode
     about a quarter of its time on small ops)."""
     tape = var._pending
-    return tape() if tape.__class__ is weakref.ref else tape
+    if tape.__class__ is weakref.ref:
+        return tape()
+    return None if tape.__class__ is Failed else tape

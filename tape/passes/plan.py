@@ -47,6 +47,7 @@ class Plan:
     slots: int
     xp: object
     analysis: object = None
+    random: bool = False  # whether a kernel draws random numbers
 
 
 def kernel_for(defn, xp):
@@ -104,6 +105,7 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
     )
     produced = _produced(block, slot_of)
     freed = frozenset(slot_of[n] for n in memory.refcount)
+    random = any(REGISTRY[op.type].random for op in block.ops)
     return Plan(
         tuple(instructions),
         tuple(meta),
@@ -119,6 +121,7 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         slots + len(stub_slot),
         xp,
         analysis,
+        random,
     )
 
 

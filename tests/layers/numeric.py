@@ -32,7 +32,8 @@ def check_layer_gradients(layer, forward, inputs, eps=1e-6, rtol=1e-5, atol=1e-8
     names = [name for name, _ in layer.named_params()] + [
         f"input {i}" for i, a in enumerate(inputs) if a.dtype.kind == "f"
     ]
-    buffers = [p.value() for p in params] + [a for a in inputs if a.dtype.kind == "f"]
+    # (perturbed in place: backward already ran, and the objective records nothing)
+    buffers = [p._value for p in params] + [a for a in inputs if a.dtype.kind == "f"]
     for name, buffer, got in zip(names, buffers, analytic, strict=True):
         assert buffer.dtype == np.float64, f"{name}: check gradients in float64"
         got = np.zeros(buffer.shape) if got is None else got.numpy()

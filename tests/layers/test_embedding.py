@@ -108,7 +108,7 @@ def test_outputs_and_gradients_match_torch_with_padding_idx():
     ours = layers.Embedding(7, 3, padding_idx=1, dtype="float64")
     theirs = torch.nn.Embedding(7, 3, padding_idx=1).double()
     with torch.no_grad():
-        theirs.weight.copy_(torch.from_numpy(ours.weight.numpy()))
+        theirs.weight.copy_(torch.tensor(ours.weight.numpy()))
     weight = np.random.default_rng(1).standard_normal(IDS.shape + (3,))
     expected = theirs(torch.from_numpy(IDS))
     (expected * torch.from_numpy(weight)).sum().backward()

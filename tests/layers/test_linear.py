@@ -135,8 +135,8 @@ def test_outputs_and_gradients_match_torch():
     layer = layers.Linear(5, 3, act="relu", dtype="float64")
     reference = torch.nn.Linear(5, 3).double()
     with torch.no_grad():
-        reference.weight.copy_(torch.from_numpy(layer.weight.numpy().T))
-        reference.bias.copy_(torch.from_numpy(layer.bias.numpy()))
+        reference.weight.copy_(torch.tensor(layer.weight.numpy().T))
+        reference.bias.copy_(torch.tensor(layer.bias.numpy()))
     x = np.random.default_rng(5).standard_normal((6, 5))
     tape.reset_global_tape()
     out = layer(tape.Variable(x))

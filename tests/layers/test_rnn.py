@@ -174,7 +174,7 @@ def test_wrong_input_or_state_shapes_name_the_cell_and_the_shapes():
 def _copy_to_torch(ours, theirs, torch):
     with torch.no_grad():
         for name, param in ours.named_params():
-            getattr(theirs, name).copy_(torch.from_numpy(param.numpy()))
+            getattr(theirs, name).copy_(torch.tensor(param.numpy()))
 
 
 @pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])

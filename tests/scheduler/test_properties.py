@@ -25,7 +25,7 @@ from tests.ops.test_registry_sweep import CASES
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _record(choose, lazy, threads=0, steps=None, exact=True):
+def _record(choose, lazy, threads=0, steps=None, exact=True, keep_history=False):
     """Records a random tape; ``choose(n)`` picks in range(n). Returns the recorded Variables'
     values, the gradients of a weighted sum of them, and the tape. Lazy runs are ``exact`` by
     default, so they equal eager mode bit for bit even in the rare tape where enough products
@@ -33,6 +33,7 @@ def _record(choose, lazy, threads=0, steps=None, exact=True):
     tape.seed(0)
     with np.errstate(all="ignore"), tape.lazy(lazy, threads=threads, exact=exact):
         recording = tape.reset_global_tape()
+        recording.keep_history = keep_history  # (a Program is built from it afterwards)
         pool = []
         for step in range(choose(6) + 1 if steps is None else steps):
             case = CASES[choose(len(CASES))]
@@ -117,7 +118,7 @@ def test_lazy_equals_eager_and_threads_equal_program_order(data):
 
 
 def _program(data):
-    _, recording = _record(_chooser(data, []), lazy=True)
+    _, recording = _record(_chooser(data, []), lazy=True, keep_history=True)
     return tape.Program.from_tape(recording)
 
 

@@ -22,7 +22,8 @@ def test_a_variable_describes_its_buffer():
         2,
         6,
     )
-    assert isinstance(x.value(), np.ndarray) and x.numpy() is x.value()
+    assert isinstance(x.value(), np.ndarray) and np.shares_memory(x.numpy(), x.value())
+    assert not x.value().flags.writeable and not x.numpy().flags.writeable
     assert np.asarray(x).shape == (2, 3)
     assert x.grad() is None and x.is_leaf
 

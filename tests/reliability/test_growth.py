@@ -1,0 +1,36 @@
+"""A training loop that never resets the global tape stays flat, lazy or eager: ops leave the
+tape once they ran and no backward can reach them."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import layers
+import optim
+import tape
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_loop_without_reset_keeps_a_bounded_tape_and_memory(lazy):
+    linear, mean, opt = layers.Linear(16, 16), layers.Mean(), optim.SGD(lr=0.01)
+    data = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+
+    def step():
+        loss = mean(linear(tape.Variable(data)))
+        tape.backward(loss)
+        opt(linear.params())
+        return loss.numpy()
+
+    with tape.lazy(enabled=lazy):
+        tape.reset_global_tape()
+        for _ in range(20):
+            step()
+        tracemalloc.start()
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            step()
+        grown = tracemalloc.get_traced_memory()[0] - start
+        tracemalloc.stop()
+        assert len(tape.get_global_tape()._ops) <= 8
+    assert grown < 200_000  # was ~170 KB per iteration in lazy mode
