@@ -25,15 +25,28 @@ from layers.activation import (
     Tanh,
 )
 from layers.container import Sequential
-from layers.conv import Conv2D
+from layers.conv import Conv1D, Conv2D, Conv3D
+from layers.conv_transpose import ConvTranspose1D, ConvTranspose2D, ConvTranspose3D
 from layers.dropout import Dropout
 from layers.embedding import Embedding
 from layers.function import Function
 from layers.linear import Linear, Mean
 from layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss
 from layers.norm import BatchNorm, BatchNorm1d, BatchNorm2d, LayerNorm
-from layers.pool import AvgPool2D, MaxPool2D
+from layers.pool import AvgPool1D, AvgPool2D, AvgPool3D, MaxPool1D, MaxPool2D, MaxPool3D
+from layers.pool_adaptive import (
+    AdaptiveAvgPool1D,
+    AdaptiveAvgPool2D,
+    AdaptiveAvgPool3D,
+    AdaptiveMaxPool1D,
+    AdaptiveMaxPool2D,
+    AdaptiveMaxPool3D,
+    MaxUnpool1D,
+    MaxUnpool2D,
+    MaxUnpool3D,
+)
 from layers.rnn import GRUCell, LSTMCell
+from layers.upsample import Upsample
 
 __all__ = [
     "Linear",
@@ -81,4 +94,23 @@ __all__ += [
     "LogSigmoid",
     "GLU",
     "PReLU",
+    "Conv1D",
+    "Conv3D",
+    "ConvTranspose1D",
+    "ConvTranspose2D",
+    "ConvTranspose3D",
+    "MaxPool1D",
+    "MaxPool3D",
+    "AvgPool1D",
+    "AvgPool3D",
+    "AdaptiveAvgPool1D",
+    "AdaptiveAvgPool2D",
+    "AdaptiveAvgPool3D",
+    "AdaptiveMaxPool1D",
+    "AdaptiveMaxPool2D",
+    "AdaptiveMaxPool3D",
+    "MaxUnpool1D",
+    "MaxUnpool2D",
+    "MaxUnpool3D",
+    "Upsample",
 ]

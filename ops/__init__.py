@@ -22,6 +22,7 @@ from ops import conv, pool, pool_grad, norm, embedding, optimizer, io, rnn, gru 
 from ops import stats, along, order, scan, scan_grad, truth, pnorm  # noqa: F401
 from ops import arithmetic, trig, exp_log, rounding, logical, nonfinite  # noqa: F401
 from ops import activation_smooth, activation_hard  # noqa: F401
+from ops import conv_transpose, pool_index, interpolate, pool_adaptive  # noqa: F401
 from tape import operators as _operators
 from tape import tape as _engine
 

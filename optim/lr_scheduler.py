@@ -23,9 +23,17 @@ from tape.errors import AttrError
 
 
 def _number(owner, name, value, check=lambda v: v >= 0, rule=">= 0"):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not check(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not check(value)
+    ):
         raise AttrError(
-            None, f"{owner}: invalid '{name}'", expected=f"a number {rule}", actual=repr(value)
+            None,
+            f"{owner}: invalid '{name}'",
+            expected=f"a finite number {rule}",
+            actual=repr(value),
         )
     return value
 
@@ -72,12 +80,52 @@ class LRScheduler:
         }
 
     def load_state_dict(self, state):
-        if state.get("type") != type(self).__name__:
-            raise ValueError(
-                f"schedule state is for {state.get('type')!r}, not {type(self).__name__}"
+        """Restores ``state_dict()``'s result; checks all of it (nested schedules included)
+        before changing anything, raising an AttrError (a ValueError) naming the entry."""
+        values = self.check_state(state)
+        schedule = self
+        for last_epoch, base_lr, last_lr in values:
+            schedule.last_epoch, schedule.base_lr, schedule.last_lr = last_epoch, base_lr, last_lr
+            schedule = getattr(schedule, "after", None)
+
+    def check_state(self, state):
+        """(last_epoch, base_lr, last_lr) for this schedule and each one it wraps, from
+        ``state``; AttrError if anything is missing, mistyped or out of range."""
+        values, schedule = [], self
+        while schedule is not None:
+            kind = type(schedule).__name__
+            if not isinstance(state, dict) or state.get("type") != kind:
+                found = state.get("type") if isinstance(state, dict) else type(state).__name__
+                raise AttrError(
+                    None,
+                    "schedule state is for another schedule",
+                    expected=kind,
+                    actual=repr(found),
+                )
+            epoch = state.get("last_epoch")
+            if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < -1:
+                raise AttrError(
+                    None,
+                    f"{kind} state: invalid 'last_epoch'",
+                    expected="an int >= -1",
+                    actual=repr(epoch),
+                )
+            values.append(
+                (
+                    int(epoch),
+                    float(_number(f"{kind} state", "base_lr", state.get("base_lr"))),
+                    float(_number(f"{kind} state", "last_lr", state.get("last_lr"))),
+                )
             )
-        self.last_epoch, self.base_lr = int(state["last_epoch"]), float(state["base_lr"])
-        self.last_lr = float(state["last_lr"])
+            schedule = getattr(schedule, "after", None)
+            if (state.get("after") is None) != (schedule is None):
+                raise AttrError(
+                    None,
+                    f"{kind} state and schedule disagree on a wrapped schedule",
+                    actual=repr(state.get("after")),
+                )
+            state = state.get("after")
+        return values
 
     def __repr__(self):
         return f"{type(self).__name__}(last_epoch={self.last_epoch}, lr={self.last_lr!r})"
@@ -161,13 +209,6 @@ class LinearWarmup(LRScheduler):
         state = super().state_dict()
         state["after"] = None if self.after is None else self.after.state_dict()
         return state
-
-    def load_state_dict(self, state):
-        super().load_state_dict(state)
-        if (state.get("after") is None) != (self.after is None):
-            raise ValueError("LinearWarmup state and schedule disagree on the wrapped schedule")
-        if self.after is not None:
-            self.after.load_state_dict(state["after"])
 
 
 StepLR = StepDecay

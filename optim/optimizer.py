@@ -9,6 +9,7 @@ first update is recorded, so a failure never leaves parameters half-updated.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -334,7 +335,7 @@ def check_hyper(optimizer, name, value, check=lambda v: v >= 0.0, rule=None):
             type_error=True,
         )
     value = float(value)
-    if not check(value):
+    if not math.isfinite(value) or not check(value):
         raise AttrError(
             None,
             f"{kind}: invalid hyper-parameter '{name}'",

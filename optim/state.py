@@ -146,14 +146,13 @@ def _check_hyper(optimizer, state):
 
 
 def _check_schedule(scheduler, state):
-    while scheduler is not None:
-        if not isinstance(state, dict) or state.get("type") != type(scheduler).__name__:
-            raise _error(
-                "learning-rate schedule does not match",
-                expected=type(scheduler).__name__,
-                actual=repr(state),
-            )
-        scheduler, state = getattr(scheduler, "after", None), state.get("after")
+    """The schedule's saved state, checked completely (every value, nested schedules too)."""
+    if scheduler is None:
+        return
+    try:
+        scheduler.check_state(state)
+    except ValueError as err:  # AttrError is one
+        raise _error("learning-rate schedule state is invalid", actual=str(err)) from None
 
 
 def _apply(optimizer, probe, state, bound, pending, affected, by_position):

@@ -4,8 +4,10 @@ by name after validating everything.
 The file is a plain ``np.savez`` archive (never pickled) holding one array per value and a
 ``__manifest__`` member: UTF-8 JSON with the format name and version, each array's shape, dtype
 and SHA-256, the parameter names, and the optimizer's state dict with its arrays replaced by
-references. Loading checks the archive, every checksum, and every name, shape and dtype (plus
-the optimizer state) before assigning anything, so a bad file changes no parameter.
+references; ``__manifest_sha256__`` holds the manifest's own SHA-256. Loading checks the
+archive, every checksum, and every name, shape and dtype (plus the optimizer state) before
+assigning anything, so a bad file changes no parameter; arrays are read only after their
+declared size was checked, and only those something refers to.
 
 >>> import os, tempfile, numpy as np, tape
 >>> w = tape.Variable(np.arange(3.0), name="w")
@@ -34,8 +36,12 @@ from tape.errors import FluidError, InputError
 from tape.variable import Variable
 
 FORMAT = "fluidtape-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the manifest's SHA-256 in its own member; version 1 files still load
+_READABLE = (1, 2)
 _MANIFEST = "__manifest__"
+_MANIFEST_DIGEST = "__manifest_sha256__"
+_MANIFEST_LIMIT = 64 << 20  # bytes of manifest JSON a checkpoint may hold
+_HEADER = 64 << 10  # bytes a .npy member may hold beyond its data (its header)
 
 
 class CheckpointError(FluidError, ValueError):
@@ -140,7 +146,9 @@ def save(path, params, optimizer=None):
         "optimizer": state,
     }
     members = dict(arrays.arrays)
-    members[_MANIFEST] = np.frombuffer(json.dumps(manifest).encode("utf-8"), np.uint8)
+    raw = json.dumps(manifest).encode("utf-8")
+    members[_MANIFEST] = np.frombuffer(raw, np.uint8)
+    members[_MANIFEST_DIGEST] = np.frombuffer(hashlib.sha256(raw).hexdigest().encode(), np.uint8)
     _write_atomic(os.fspath(path), members)
 
 
@@ -170,17 +178,26 @@ def _write_atomic(path, members):
 def load(path, params, optimizer=None, strict=True):
     """Loads a checkpoint written by ``save`` into ``params`` (and ``optimizer``), by name.
 
-    Everything is validated before anything is assigned: the archive, each array's SHA-256,
-    that every name is present (and, with ``strict``, that the file has no other names), each
-    shape and dtype, and the optimizer state. On any problem a ``CheckpointError`` names the
-    entry and no parameter changes. Each parameter gets a new buffer holding its value, all of
-    them (and the optimizer state) committed together (``tape.transaction``).
+    Everything is validated before anything is assigned: the archive, the manifest's own
+    SHA-256, each array's declared size (before it is read), shape, dtype and SHA-256, that every
+    name is present (and, with ``strict``, that the file has no other names), and the optimizer
+    state, schedule included. Arrays nothing refers to are never read. On any problem a
+    ``CheckpointError`` names the entry and nothing changes. Each parameter gets a new buffer
+    holding its value, all of them and the optimizer state committed together
+    (``tape.transaction``).
     """
     path = os.fspath(path)
     named = named_variables(params)
-    manifest, arrays = _read(path)
-    stored = {entry["name"]: arrays[entry["key"]] for entry in manifest["params"]}
-    targets = _match(path, named, stored, strict)
+    with _opened(path) as archive:
+        manifest = _read_manifest(path, archive)
+        entries = {entry["name"]: entry["key"] for entry in manifest["params"]}
+        _check_names(path, named, entries, strict)
+        wanted = [entries[name] for name in named if name in entries]
+        if optimizer is not None:
+            wanted += _array_refs(manifest.get("optimizer"))
+        arrays = _read_arrays(path, archive, manifest, wanted)
+    stored = {name: arrays[key] for name, key in entries.items() if key in arrays}
+    targets = _match(path, named, stored)
     apply_optimizer = None
     if optimizer is not None:
         apply_optimizer = _prepare_optimizer(path, manifest, arrays, optimizer, named, strict)
@@ -196,43 +213,110 @@ def _corrupted(path, err):
     )
 
 
-def _read(path):
-    """The manifest and every array, each checked against its recorded shape, dtype and hash."""
+# Damaged bytes surface as any of these, from zipfile, the .npy reader, UTF-8 or JSON.
+_DAMAGE = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    ValueError,
+    OSError,
+    EOFError,
+    KeyError,
+    UnicodeDecodeError,
+    NotImplementedError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+)
+
+
+@contextlib.contextmanager
+def _opened(path):
+    """The archive, with damage of any kind turned into a CheckpointError."""
     try:
         with np.load(path, allow_pickle=False) as archive:
-            if _MANIFEST not in archive.files:
+            if not hasattr(archive, "zip"):
                 raise CheckpointError(
-                    None,
-                    f"'{path}' is not a fluidtape checkpoint",
-                    expected=f"a '{_MANIFEST}' member",
-                    actual=f"members {archive.files[:5]}",
+                    None, f"'{path}' is not a fluidtape checkpoint", actual="a single .npy array"
                 )
-            manifest = json.loads(archive[_MANIFEST].tobytes().decode("utf-8"))
-            _check_manifest(path, manifest)
-            arrays = {key: archive[key] for key in manifest["arrays"]}
+            yield archive
     except (CheckpointError, FileNotFoundError, IsADirectoryError, PermissionError):
         raise
-    # Damaged bytes surface as any of these, from zipfile, the .npy reader, UTF-8 or JSON.
-    except (
-        zipfile.BadZipFile,
-        ValueError,
-        OSError,
-        EOFError,
-        KeyError,
-        UnicodeDecodeError,
-        NotImplementedError,
-    ) as err:
+    except _DAMAGE as err:
         raise _corrupted(path, err) from err
+
+
+def _read_manifest(path, archive):
+    if _MANIFEST not in archive.files:
+        raise CheckpointError(
+            None,
+            f"'{path}' is not a fluidtape checkpoint",
+            expected=f"a '{_MANIFEST}' member",
+            actual=f"members {archive.files[:5]}",
+        )
+    raw = _member(path, archive, _MANIFEST, dtype=np.uint8, limit=_MANIFEST_LIMIT).tobytes()
+    if _MANIFEST_DIGEST in archive.files:
+        digest = _member(path, archive, _MANIFEST_DIGEST, dtype=np.uint8, limit=64).tobytes()
+        if hashlib.sha256(raw).hexdigest().encode() != digest:
+            raise CheckpointError(
+                None,
+                f"checkpoint '{path}' is corrupted: the manifest's checksum does not match",
+                expected=f"SHA-256 {digest[:64].decode('ascii', 'replace')}",
+                actual=f"SHA-256 {hashlib.sha256(raw).hexdigest()}",
+            )
+    manifest = json.loads(raw.decode("utf-8"))
+    _check_manifest(path, manifest, _MANIFEST_DIGEST in archive.files)
+    return manifest
+
+
+def _member(path, archive, key, shape=None, dtype=None, limit=None):
+    """Member ``key``, read only after its .npy header was checked: ``shape`` and ``dtype`` as
+    declared (or a 1-D array of at most ``limit`` elements), so a forged header cannot make the
+    reader allocate what the file does not hold."""
+    name = f"{key}.npy"
+    if name not in archive.zip.namelist():
+        raise CheckpointError(None, f"checkpoint '{path}' is corrupted: no member '{key}'")
+    with archive.zip.open(name) as member:
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            found_shape, fortran, found_dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            found_shape, fortran, found_dtype = np.lib.format.read_array_header_2_0(member)
+        else:
+            raise CheckpointError(
+                None, f"checkpoint '{path}' has an unsupported .npy version", actual=str(version)
+            )
+        if shape is None:
+            ok = len(found_shape) == 1 and found_shape[0] <= limit and found_dtype == dtype
+        else:
+            ok = tuple(found_shape) == tuple(shape) and found_dtype == np.dtype(dtype)
+        if not ok:
+            raise CheckpointError(
+                None,
+                f"checkpoint '{path}' is corrupted: member '{key}' is not what the manifest says",
+                expected=f"shape {shape}, dtype {dtype}" if shape is not None else f"<= {limit}",
+                actual=f"shape {found_shape}, dtype {found_dtype}",
+            )
+    with archive.zip.open(name) as member:
+        return np.lib.format.read_array(member, allow_pickle=False)
+
+
+def _read_arrays(path, archive, manifest, keys):
+    """The arrays ``keys`` names, each checked against its declared size before it is read and
+    against its shape, dtype and SHA-256 after."""
     labels = {entry["key"]: f"parameter '{entry['name']}'" for entry in manifest["params"]}
-    for key, info in manifest["arrays"].items():
-        array, label = arrays[key], labels.get(key, f"optimizer state array '{key}'")
-        if list(array.shape) != info["shape"] or array.dtype != np.dtype(info["dtype"]):
+    table, arrays = manifest["arrays"], {}
+    for key in dict.fromkeys(keys):
+        info, label = table[key], labels.get(key, f"optimizer state array '{key}'")
+        size = archive.zip.getinfo(f"{key}.npy").file_size if key in archive.files else 0
+        declared = int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
+        if size < declared or size > declared + _HEADER:
             raise CheckpointError(
                 None,
                 f"checkpoint '{path}' is corrupted: {label} does not match the manifest",
-                expected=f"shape {tuple(info['shape'])}, dtype {info['dtype']}",
-                actual=f"shape {array.shape}, dtype {array.dtype}",
+                expected=f"{declared} bytes of shape {tuple(info['shape'])}, {info['dtype']}",
+                actual=f"a member of {size} bytes",
             )
+        array = _member(path, archive, key, info["shape"], info["dtype"])
         if _digest(array) != info["sha256"]:
             raise CheckpointError(
                 None,
@@ -240,34 +324,62 @@ def _read(path):
                 expected=f"SHA-256 {info['sha256']}",
                 actual=f"SHA-256 {_digest(array)}",
             )
-    return manifest, arrays
+        arrays[key] = array
+    return arrays
 
 
-def _check_manifest(path, manifest):
+def _array_refs(value):
+    """The array keys the optimizer part of a manifest refers to (``{"__array__": key}``)."""
+    refs, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if set(item) == {"__array__"}:
+                refs.append(item["__array__"])
+            else:
+                todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return refs
+
+
+def _check_manifest(path, manifest, digested):
     def malformed(why):
         return CheckpointError(None, f"checkpoint '{path}' has a malformed manifest", actual=why)
 
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise malformed(f"format {found!r}, expected {FORMAT!r}")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in _READABLE:
         raise CheckpointError(
             None,
             f"checkpoint '{path}' has an unsupported format version",
-            expected=str(VERSION),
+            expected=" or ".join(map(str, _READABLE)),
             actual=repr(manifest.get("version")),
+        )
+    if manifest["version"] >= 2 and not digested:
+        raise CheckpointError(
+            None, f"checkpoint '{path}' is corrupted: the manifest's checksum is missing"
         )
     table, params = manifest.get("arrays"), manifest.get("params")
     if not isinstance(table, dict) or not isinstance(params, list):
         raise malformed("no 'arrays' table or 'params' list")
     for key, info in table.items():
         try:
-            ok = isinstance(info["sha256"], str) and all(isinstance(d, int) for d in info["shape"])
-            np.dtype(info["dtype"])
-        except (KeyError, TypeError) as err:
+            ok = (
+                isinstance(key, str)
+                and isinstance(info["sha256"], str)
+                and isinstance(info["shape"], list)
+                and all(type(d) is int and d >= 0 for d in info["shape"])
+                and np.dtype(info["dtype"]).kind in "biufc"
+            )
+        except (KeyError, TypeError, ValueError) as err:
             raise malformed(f"array '{key}': {err!r}") from None
         if not ok:
             raise malformed(f"array '{key}': {info!r}")
+    for key in _array_refs(manifest.get("optimizer")):
+        if not isinstance(key, str) or key not in table:
+            raise malformed(f"optimizer state refers to an unknown array {key!r}")
     for entry in params:
         if (
             not isinstance(entry, dict)
@@ -277,16 +389,15 @@ def _check_manifest(path, manifest):
             raise malformed(f"parameter entry {entry!r}")
 
 
-def _match(path, named, stored, strict):
-    """(Variable, its writable buffer or None, array) for each name, after checking them all."""
-    missing = [name for name in named if name not in stored]
-    unexpected = [name for name in stored if name not in named]
+def _check_names(path, named, entries, strict):
+    missing = [name for name in named if name not in entries]
+    unexpected = [name for name in entries if name not in named]
     if missing and strict:
         raise CheckpointError(
             None,
             f"parameter '{missing[0]}' is missing from checkpoint '{path}'",
             expected=f"names {sorted(named)}",
-            actual=f"names {sorted(stored)}",
+            actual=f"names {sorted(entries)}",
             hint=f"missing: {missing}; strict=False loads the others",
         )
     if unexpected and strict:
@@ -295,9 +406,13 @@ def _match(path, named, stored, strict):
             f"checkpoint '{path}' has parameter '{unexpected[0]}', "
             "which is not among the parameters",
             expected=f"names {sorted(named)}",
-            actual=f"names {sorted(stored)}",
+            actual=f"names {sorted(entries)}",
             hint=f"unexpected: {unexpected}; strict=False ignores them",
         )
+
+
+def _match(path, named, stored):
+    """(Variable, array) for each name stored, after checking every shape and dtype."""
     targets = []
     for name, var in named.items():
         if name not in stored:

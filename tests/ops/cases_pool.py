@@ -1,4 +1,5 @@
-"""Cases for pool2d, pool2d_grad and max_pool2d_select, against per-window loop references."""
+"""Cases for pool1d/2d/3d, their gradient ops and max_pool<n>d_select, against per-window loop
+references (N-d, with dilation, padding and ceil mode)."""
 
 import itertools
 import math
@@ -19,69 +20,94 @@ def distinct(shape):
     return make
 
 
-def _out_size(size, lo, hi, k, s, ceil_mode):
-    out = (size + lo + hi - k + (s - 1 if ceil_mode else 0)) // s + 1
+def _out_size(size, lo, hi, k, s, d, ceil_mode):
+    out = (size + lo + hi - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
     return out - 1 if ceil_mode and (out - 1) * s >= size + lo else out
 
 
-def _windows(shape, ksize, strides=None, paddings=(0, 0), ceil_mode=False, **_):
-    """(n, c, oh, ow, real rows, real columns, padded window area) of every window."""
-    strides = strides or ksize
-    pads = tuple(paddings) if len(paddings) == 4 else (paddings[0],) * 2 + (paddings[1],) * 2
-    n, c, h, w = shape
-    oh = _out_size(h, pads[0], pads[1], ksize[0], strides[0], ceil_mode)
-    ow = _out_size(w, pads[2], pads[3], ksize[1], strides[1], ceil_mode)
-    for b, ch, r, q in itertools.product(range(n), range(c), range(oh), range(ow)):
-        r0, q0 = r * strides[0] - pads[0], q * strides[1] - pads[2]
-        r1, q1 = min(r0 + ksize[0], h + pads[1]), min(q0 + ksize[1], w + pads[3])
-        rows, cols = range(max(r0, 0), min(r1, h)), range(max(q0, 0), min(q1, w))
-        yield (b, ch, r, q, oh, ow), rows, cols, (r1 - r0) * (q1 - q0)
-
-
-def _argmax(x, b, ch, rows, cols):
-    """First maximum in row-major order."""
-    return max(
-        ((i, j) for i in rows for j in cols),
-        key=lambda ij: (x[b, ch, ij[0], ij[1]], -ij[0], -ij[1]),
+def _windows(shape, ksize, strides=None, paddings=None, dilations=None, ceil_mode=False, **_):
+    """(n, c, output position, output spatial shape), the window's real positions in row-major
+    order of its offsets, and its area clipped to the padded input, for every window."""
+    nd = len(shape) - 2
+    strides, dilations = strides or ksize, dilations or (1,) * nd
+    paddings = tuple(paddings or (0,) * nd)
+    pads = (
+        tuple((p, p) for p in paddings)
+        if len(paddings) == nd
+        else tuple(zip(paddings[0::2], paddings[1::2]))
     )
+    (n, c, *size) = shape
+    outs = tuple(
+        _out_size(*args, ceil_mode) for args in zip(size, *zip(*pads), ksize, strides, dilations)
+    )
+    for b, ch, p in itertools.product(range(n), range(c), np.ndindex(*outs)):
+        starts = [q * s - lo for q, s, (lo, _) in zip(p, strides, pads)]
+        axes = [
+            [t + j * d for j in range(k) if 0 <= t + j * d < m]
+            for t, k, d, m in zip(starts, ksize, dilations, size)
+        ]
+        area = math.prod(
+            min(t + k, m + hi) - t for t, k, m, (_, hi) in zip(starts, ksize, size, pads)
+        )
+        yield (b, ch, p, outs), list(itertools.product(*axes)), area
+
+
+def _argmax(x, b, ch, positions):
+    """The first maximum in row-major order (a NaN counts as the maximum)."""
+    best = positions[0]
+    for pos in positions[1:]:
+        if x[(b, ch) + pos] > x[(b, ch) + best] or (
+            np.isnan(x[(b, ch) + pos]) and not np.isnan(x[(b, ch) + best])
+        ):
+            best = pos
+    return best
 
 
 def pool_reference(x, pooling_type="max", exclusive=True, **attrs):
     out = None
-    for (b, ch, r, q, oh, ow), rows, cols, area in _windows(x.shape, **attrs):
+    for (b, ch, p, outs), positions, area in _windows(x.shape, **attrs):
         if out is None:
-            out = np.zeros(x.shape[:2] + (oh, ow))
-        values = [x[b, ch, i, j] for i in rows for j in cols]
+            out = np.zeros(x.shape[:2] + outs, dtype=x.dtype if x.dtype.kind in "iu" else None)
+        values = [x[(b, ch) + pos] for pos in positions]
         if pooling_type == "max":
-            out[b, ch, r, q] = max(values)
+            out[(b, ch) + p] = x[(b, ch) + _argmax(x, b, ch, positions)]
         else:
-            out[b, ch, r, q] = sum(values) / (len(values) if exclusive else area)
+            out[(b, ch) + p] = sum(values) / (len(values) if exclusive else area)
     return out
 
 
 def pool_grad_reference(x, gout, out=None, pooling_type="max", exclusive=True, **attrs):
     """The first maximum is found from X alone: Out, when given, must not change the result."""
     gx = np.zeros(x.shape)
-    for (b, ch, r, q, _, _), rows, cols, area in _windows(x.shape, **attrs):
+    for (b, ch, p, _), positions, area in _windows(x.shape, **attrs):
         if pooling_type == "max":
-            i, j = _argmax(x, b, ch, rows, cols)
-            gx[b, ch, i, j] += gout[b, ch, r, q]
+            gx[(b, ch) + _argmax(x, b, ch, positions)] += gout[(b, ch) + p]
             continue
-        for i, j in itertools.product(rows, cols):
-            gx[b, ch, i, j] += gout[b, ch, r, q] / (len(rows) * len(cols) if exclusive else area)
+        for pos in positions:
+            gx[(b, ch) + pos] += gout[(b, ch) + p] / (len(positions) if exclusive else area)
     return gx
 
 
 def select_reference(x, y, **attrs):
     out = pool_reference(x, **attrs)
-    for (b, ch, r, q, _, _), rows, cols, _ in _windows(x.shape, **attrs):
-        out[b, ch, r, q] = y[(b, ch) + _argmax(x, b, ch, rows, cols)]
+    for (b, ch, p, _), positions, _ in _windows(x.shape, **attrs):
+        out[(b, ch) + p] = y[(b, ch) + _argmax(x, b, ch, positions)]
     return out
 
 
+def index_reference(x, **attrs):
+    """(max pooling, the flat position of each window's first maximum within its plane)."""
+    out, index = pool_reference(x, **attrs), None
+    for (b, ch, p, outs), positions, _ in _windows(x.shape, **attrs):
+        if index is None:
+            index = np.zeros(x.shape[:2] + outs, dtype=np.int64)
+        index[(b, ch) + p] = np.ravel_multi_index(_argmax(x, b, ch, positions), x.shape[2:])
+    return out, index
+
+
 def _gout(x_shape, attrs):
-    *_, (index, *_rest) = _windows(x_shape, **attrs)
-    return x_shape[:2] + index[4:]
+    (_, _, _, outs), _, _ = next(_windows(x_shape, **attrs))
+    return x_shape[:2] + outs
 
 
 # (name, X shape, window attributes): overlap, padding, ceil mode, size-1 dims, and windows
@@ -189,4 +215,79 @@ def _cases_with_out():
     return cases
 
 
-CASES = _cases()
+# (rank, name, X shape, window attributes): 1-D and 3-D, and dilation (max pooling only).
+GEOMETRIES_ND = [
+    (1, "plain", (2, 3, 7), {"ksize": [2]}),
+    (
+        1,
+        "dilation_pad_ceil",
+        (1, 2, 9),
+        {"ksize": [3], "strides": [2], "paddings": [1], "dilations": [2], "ceil_mode": True},
+    ),
+    (
+        2,
+        "dilation",
+        (1, 2, 7, 6),
+        {"ksize": [2, 3], "strides": [1, 2], "paddings": [1, 1], "dilations": [2, 2]},
+    ),
+    (3, "plain", (1, 2, 4, 4, 3), {"ksize": [2, 2, 2]}),
+    (
+        3,
+        "overlap_pad_ceil",
+        (1, 1, 4, 3, 5),
+        {"ksize": [3, 2, 3], "strides": [2, 1, 2], "paddings": [1, 1, 1], "ceil_mode": True},
+    ),
+]
+
+
+def _nd_cases():
+    cases = []
+    for nd, name, shape, window in GEOMETRIES_ND:
+        kinds = ("max",) if "dilations" in window else ("max", "avg")
+        for kind in kinds:
+            attrs = {"pooling_type": kind, **window}
+            cases.append(
+                OpCase(
+                    f"pool{nd}d",
+                    {"X": distinct(shape)},
+                    attrs,
+                    reference=pool_reference,
+                    double_grad=True,
+                    name=f"{kind}_{name}",
+                )
+            )
+            cases.append(
+                OpCase(
+                    f"pool{nd}d_grad",
+                    {"X": distinct(shape), "Out@GRAD": _gout(shape, window)},
+                    attrs,
+                    reference=pool_grad_reference,
+                    double_grad=True,
+                    name=f"{kind}_{name}",
+                )
+            )
+        cases.append(
+            OpCase(
+                f"max_pool{nd}d_select",
+                {"X": distinct(shape), "Y": shape},
+                window,
+                reference=select_reference,
+                double_grad=True,
+                name=name,
+            )
+        )
+        integers = np.random.default_rng(nd).integers(-50, 50, shape)
+        cases.append(
+            OpCase(
+                f"pool{nd}d",
+                {"X": integers},
+                window,
+                reference=pool_reference,
+                grad=False,
+                name=f"max_integers_{name}",
+            )
+        )
+    return cases
+
+
+CASES = _cases() + _nd_cases()

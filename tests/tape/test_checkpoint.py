@@ -94,7 +94,7 @@ def test_manifest_records_names_shapes_dtypes_and_sha256(path):
     net = Net()
     tape.save(path, net)
     manifest = read_manifest(path)
-    assert manifest["format"] == "fluidtape-checkpoint" and manifest["version"] == 1
+    assert manifest["format"] == "fluidtape-checkpoint" and manifest["version"] == 2
     by_name = {e["name"]: manifest["arrays"][e["key"]] for e in manifest["params"]}
     assert by_name["first.weight"]["shape"] == [3, 4]
     assert by_name["first.weight"]["dtype"] == "float32"
