@@ -110,19 +110,7 @@ MIXED_CASES = [
 ]
 
 
-# Convolution and pooling get the rule with the conv/pool work of issue 10 (another branch); until
-# it is merged their cases are expected to fail here (strict: a pass says to drop this set).
-_PENDING = {"conv2d", "conv2d_grad_input", "conv2d_grad_filter", "pool2d_grad", "max_pool2d_select"}
-_PENDING_MARK = pytest.mark.xfail(strict=True, reason="conv/pool dtype rule: issue 10, conv branch")
-
-
-def _params(cases):
-    return [
-        pytest.param(c, id=c.id, marks=[_PENDING_MARK] if c.op in _PENDING else []) for c in cases
-    ]
-
-
-@pytest.mark.parametrize("case", _params(MIXED_CASES))
+@pytest.mark.parametrize("case", MIXED_CASES, ids=[c.id for c in MIXED_CASES])
 def test_mixed_float_inputs_follow_the_rule(case):
     defn = REGISTRY[case.op]
     base = _ordered(case, case.arrays("float64"))
