@@ -20,7 +20,22 @@ _LAYERS = [
     ("LSTMCell", lambda d: layers.LSTMCell(3, 2, dtype=d), lambda layer, x: layer(x)[0]),
     ("LSTMCell_state", lambda d: layers.LSTMCell(3, 2, dtype=d), lambda cell, x: _lstm(cell, x)),
     ("GRUCell", lambda d: layers.GRUCell(3, 2, dtype=d), lambda layer, x: layer(x, layer(x))),
+    (
+        "Conv2D",
+        lambda d: layers.Conv2D(1, 2, 2, padding=1, dtype=d),
+        lambda layer, x: layer(_image(x)),
+    ),
+    (
+        "ConvTranspose2D",
+        lambda d: layers.ConvTranspose2D(1, 2, 2, stride=2, dtype=d),
+        lambda layer, x: layer(_image(x)),
+    ),
+    ("PReLU", lambda d: layers.PReLU(3, dtype=d), lambda layer, x: layer(x)),
 ]
+
+
+def _image(x):
+    return x.reshape((1, 1, 4, 3))
 
 
 def _lstm(cell, x):
