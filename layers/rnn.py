@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from layers import init
 from layers.function import Function
 from ops.registry import REGISTRY
@@ -82,7 +84,9 @@ class _Cell(Function):
         value = x._value
         xp = array_module(value) if value is not None else default_module()
         shape = tuple(x.shape[:-1]) + (self.hidden_size,)
-        return Variable(xp.zeros(shape, dtype=x.dtype))
+        # The dtype the step computes in (float64 data with float32 weights: float64).
+        dtype = np.result_type(x.dtype, self.weight_ih.dtype)
+        return Variable(xp.zeros(shape, dtype=dtype))
 
     def __repr__(self):
         bias = "" if self.bias_ih is not None else ", bias=False"

@@ -24,6 +24,7 @@ from ops.infer import same_as_input
 from ops.registry import Attr, register
 from ops.special import erf_array
 from ops.unary import exp, square
+from ops.xp import promote
 from tape.tape import apply
 
 # ---- activations read back from Out: relu, tanh, sigmoid -----------------------------------------
@@ -31,7 +32,8 @@ from tape.tape import apply
 
 @register("relu", inputs=("X",), infer=same_as_input, elementwise=True, no_need_buffer=("X",))
 def relu(xp, attrs, x):
-    """Out = max(X, 0).  dX = dOut * (Out > 0)."""
+    """Out = max(X, 0) (NaN stays NaN).  dX = dOut where not Out <= 0 (so a NaN input passes
+    dOut, as in PyTorch), else 0."""
     return xp.maximum(x, 0)
 
 
@@ -42,11 +44,15 @@ def _(g):
 
 @register("relu_grad", inputs=("Out", "Out@GRAD"), infer=_infer_grad, elementwise=True)
 def relu_grad(xp, attrs, out, gout):
-    """X@GRAD = Out@GRAD * (Out > 0).  d(Out@GRAD) = dX@GRAD * (Out > 0); Out gets none.
+    """X@GRAD = Out@GRAD * M, M = not (Out <= 0): 1 where Out > 0 or Out is NaN (PyTorch
+    propagates NaN), else 0.  d(Out@GRAD) = dX@GRAD * M; Out gets none.
 
-    The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too.
+    The mask is the same read from X, so other gradients use it as ``relu_grad(X, g)`` too. A
+    multiply, not a select: an infinite Out@GRAD where Out <= 0 gives NaN (PyTorch: 0), because
+    a select (np.where) measured 4-12x slower than the masked product on this hot path.
     """
-    return gout * (out > 0)
+    out, gout = promote(out, gout)
+    return gout * ~(out <= 0)
 
 
 @relu_grad.gradient
@@ -72,6 +78,7 @@ def tanh_grad(xp, attrs, out, gout):
 
     d(Out) = -2 * dX@GRAD * Out@GRAD * Out;  d(Out@GRAD) = tanh_grad(Out, dX@GRAD).
     """
+    out, gout = promote(out, gout)
     return gout * (1.0 - out * out)
 
 
@@ -116,6 +123,7 @@ def sigmoid_grad(xp, attrs, out, gout):
 
     d(Out) = dX@GRAD * Out@GRAD * (1 - 2 Out);  d(Out@GRAD) = sigmoid_grad(Out, dX@GRAD).
     """
+    out, gout = promote(out, gout)
     return gout * out * (1.0 - out)
 
 
@@ -164,6 +172,7 @@ def leaky_relu_grad(xp, attrs, x, gout):
     Linear in Out@GRAD and piecewise constant in X: d(Out@GRAD) = leaky_relu_grad(X, dX@GRAD),
     dX = 0.
     """
+    x, gout = promote(x, gout)
     return xp.where(x > 0, gout, gout * attrs["alpha"])
 
 
@@ -206,6 +215,7 @@ def elu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = elu_grad(X, dX@GRAD);  dX = P * alpha * exp(X) where X <= 0 (else 0), with
     P = dX@GRAD * Out@GRAD, built as elu_grad(X, P) - relu_grad(X, P).
     """
+    x, gout = promote(x, gout)
     return xp.where(x > 0, gout, gout * (attrs["alpha"] * xp.exp(xp.minimum(x, 0.0))))
 
 
@@ -282,6 +292,7 @@ def gelu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = gelu_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * gelu''(X), where gelu'' is
     phi(X) (2 - X^2), or (1 - T^2) (C + 6 C K X^2 - X T (C + 3 C K X^2)^2) for the tanh form.
     """
+    x, gout = promote(x, gout)
     sq = x * x
     if attrs["approximate"]:
         t = xp.tanh(x * (sq * (_TANH_C * _TANH_K) + _TANH_C))
@@ -361,6 +372,7 @@ def softplus_grad(xp, attrs, x, gout):
     d(Out@GRAD) = softplus_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * beta H (1 - H), since
     H' = beta H (1 - H) on both sides of the threshold (built from 'sigmoid_grad').
     """
+    x, gout = promote(x, gout)
     z = x * attrs["beta"] if attrs["beta"] != 1.0 else x
     return xp.where(z > attrs["threshold"], gout, gout * _sigmoid(xp, z))
 

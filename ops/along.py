@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ops.infer import normalize_axis
+from ops.infer import normalize_axis, result_dtype
 from ops.registry import Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
@@ -74,7 +74,7 @@ def _infer_pick_grad(attrs, x, indices, gout):
             expected=str(indices.shape),
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -90,14 +90,15 @@ def pick_along_grad(xp, attrs, x, indices, gout):
 
     d(Out@GRAD) = pick_along(dOut, Indices); X and Indices get none.
     """
+    dtype = np.result_type(x.dtype, gout.dtype)  # the dtype rule (ops.infer)
     if x.ndim == 0:
-        return gout.copy()
+        return gout.astype(dtype)
     if indices.size == 0:
-        return xp.zeros(x.shape, dtype=gout.dtype)
+        return xp.zeros(x.shape, dtype=dtype)
     # One bincount over flat positions: deterministic, and the same call on numpy and cupy.
     flat = _flat_positions(xp, x.shape, indices, attrs["axis"] % x.ndim)
     summed = xp.bincount(flat.reshape(-1), weights=gout.reshape(-1), minlength=math.prod(x.shape))
-    return summed.astype(gout.dtype, copy=False).reshape(x.shape)
+    return summed.astype(dtype, copy=False).reshape(x.shape)
 
 
 @pick_along_grad.gradient

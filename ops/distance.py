@@ -18,6 +18,7 @@ from ops.compose import sum_keep as _sum_keep
 from ops.infer import broadcast_shapes, normalize_axis, require_float, result_dtype
 from ops.reduce import sum_to
 from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.constants import constant
 from tape.errors import ShapeError
 from tape.tape import apply
@@ -86,7 +87,7 @@ def cosine_similarity(xp, attrs, x1, x2):
     array([0., 1.])
     """
     axis = attrs["axis"]
-    x1, x2 = xp.broadcast_arrays(x1, x2)
+    x1, x2 = xp.broadcast_arrays(*promote(x1, x2))
     n1 = xp.sqrt((x1 * x1).sum(axis=axis, keepdims=True))
     n2 = xp.sqrt((x2 * x2).sum(axis=axis, keepdims=True))
     xp.maximum(n1, attrs["eps"], out=n1)

@@ -54,27 +54,18 @@ def aligned(x, y, attrs):
 
 
 def grad_x(g, x):
-    """Reduces a gradient of the output to X's shape and dtype."""
-    return _in_dtype(sum_to(g, x.shape), x)
+    """Reduces a gradient of the output to X's shape (backward casts it to X's dtype)."""
+    return sum_to(g, x.shape)
 
 
 def grad_y(g, x, y, attrs):
-    """Reduces a gradient of the output to Y's shape and dtype, undoing Paddle's alignment."""
+    """Reduces a gradient of the output to Y's shape, undoing Paddle's alignment."""
     axis = attrs["axis"]
     if axis == -1 or len(y.shape) >= len(x.shape):
-        return _in_dtype(sum_to(g, y.shape), y)
+        return sum_to(g, y.shape)
     from ops.shape import reshape
 
-    return _in_dtype(reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape), y)
-
-
-def _in_dtype(g, var):
-    """A gradient has its variable's dtype: float32 + float64 -> float64, but dX stays float32."""
-    if g.dtype == var.dtype:
-        return g
-    from ops.unary import cast
-
-    return apply(cast, (g,), {"out_dtype": var.dtype.name})
+    return reshape(sum_to(g, align_y(x.shape, y.shape, axis)), shape=y.shape)
 
 
 _FACTS = dict(
@@ -160,77 +151,85 @@ def _(g):
 
 @register("elementwise_pow", **_FACTS)
 def elementwise_pow(xp, attrs, x, y):
-    """Out = X ** Y.  dX = dOut * Y * X ** (Y - 1), dY = dOut * Out * log(X)."""
+    """Out = X ** Y.  dX = dOut * Y * X ** (Y - 1), 0 where Y == 0; dY = dOut * Out * log(X),
+    0 where X == 0 and Y >= 0 (PyTorch's rules: no 0 * inf at X = 0; dY is -inf for Y < 0)."""
     return x ** aligned(x, y, attrs)
 
 
 @elementwise_pow.gradient
 def _(g):
+    from ops.compare import equal, greater_equal
+    from ops.select import where
+    from ops.unary import cast, log
+
     x, y = g.inputs
     (out,), (gout,) = g.outputs, g.gouts
+    ya = _numpy_aligned(x, y, g.attrs)
     gx = gy = None
     if g.needs(0):
-        y_minus_one = apply(elementwise_sub, (y, _one_like(y)), _NUMPY)
-        local = apply(
-            elementwise_mul, (apply(elementwise_pow, (x, y_minus_one), g.attrs), y), g.attrs
-        )
-        gx = grad_x(apply(elementwise_mul, (gout, local), _NUMPY), x)
+        slope = _mul(apply(elementwise_pow, (x, _sub(ya, _const(1, ya))), _NUMPY), ya)
+        slope = where(equal(ya, _const(0, ya)), _const(0, slope), slope)
+        gx = grad_x(_mul(gout, slope), x)
     if g.needs(1):
-        local = apply(elementwise_mul, (out, _log_of_base(x, out)), _NUMPY)
-        gy = grad_y(apply(elementwise_mul, (gout, local), _NUMPY), x, y, g.attrs)
+        # log needs a float base: an integer array raised to a float Variable has one.
+        base = x if x.dtype.kind in "fc" else cast(x, out_dtype=out.dtype.name)
+        nonneg = greater_equal(ya, _const(0, ya))
+        zero_base = where(equal(base, _const(0, base)), nonneg, _const(False, nonneg))
+        safe_log = log(where(zero_base, _const(1, base), base))
+        gy = grad_y(_mul(gout, _mul(out, safe_log)), x, y, g.attrs)
     return gx, gy
 
 
-def _log_of_base(x, out):
-    """log(X) for dY = dOut * Out * log(X), with log(0) taken as 0 (PyTorch): where X == 0,
-    Out is 0 or 1 whatever Y is, so dY is 0 there, not 0 * -inf."""
-    from ops.compare import equal
-    from ops.select import where
-    from ops.unary import cast, log
+def _numpy_aligned(x, y, attrs):
+    """Y reshaped for numpy broadcasting against X (a reshape op under Paddle's ``axis``)."""
+    shape = align_y(x.shape, y.shape, attrs["axis"])
+    if tuple(shape) == tuple(y.shape):
+        return y
+    from ops.shape import reshape
+
+    return reshape(y, shape=shape)
+
+
+def _const(value, like):
     from tape.constants import constant
 
-    # log needs a float base: an integer array raised to a float Variable has one.
-    base = x if x.dtype.kind in "fc" else cast(x, out_dtype=out.dtype.name)
-    at_zero = apply(equal, (base, constant(0, base)), _NUMPY)
-    return log(apply(where, (at_zero, _one_like(base), base), where.defaults))
+    return constant(value, like)
 
 
-def _one_like(var):
-    from tape.constants import constant
-
-    return constant(1, var)
+def _mul(a, b):
+    return apply(elementwise_mul, (a, b), _NUMPY)
 
 
-def _share_of_x(x, y, attrs, x_wins):
-    """1 where X is chosen, 0.5 on ties, 0 elsewhere (a constant: no gradient flows through)."""
-    from ops.compare import equal, greater_than, less_than
-    from ops.unary import cast
-    from tape.constants import constant
-
-    dtype = result_dtype(x, y).name
-    wins = cast(apply(greater_than if x_wins else less_than, (x, y), attrs), out_dtype=dtype)
-    ties = cast(apply(equal, (x, y), attrs), out_dtype=dtype)
-    return apply(
-        elementwise_add, (wins, apply(elementwise_mul, (ties, constant(0.5, ties)), _NUMPY)), _NUMPY
-    )
+def _sub(a, b):
+    return apply(elementwise_sub, (a, b), _NUMPY)
 
 
 def _select_grad(g, x_wins):
+    """Gradients of maximum (``x_wins``) or minimum: each input gets dOut unless it lost (half
+    on ties), so both get it where a NaN compares false both ways, and a losing input gets 0
+    even for an infinite dOut (PyTorch's rules)."""
+    from ops.compare import equal, greater_than, less_than
+    from ops.select import where
+
     x, y = g.inputs
     (gout,) = g.gouts
-    share = _share_of_x(x, y, g.attrs, x_wins)
+    ties = apply(equal, (x, y), g.attrs)
+    shared = _mul(gout, where(ties, _const(0.5, gout), _const(1.0, gout)))
+    zero = _const(0, shared)
     gx = gy = None
     if g.needs(0):
-        gx = grad_x(apply(elementwise_mul, (gout, share), _NUMPY), x)
+        x_loses = apply(less_than if x_wins else greater_than, (x, y), g.attrs)
+        gx = grad_x(where(x_loses, zero, shared), x)
     if g.needs(1):
-        rest = apply(elementwise_sub, (_one_like(share), share), _NUMPY)
-        gy = grad_y(apply(elementwise_mul, (gout, rest), _NUMPY), x, y, g.attrs)
+        y_loses = apply(greater_than if x_wins else less_than, (x, y), g.attrs)
+        gy = grad_y(where(y_loses, zero, shared), x, y, g.attrs)
     return gx, gy
 
 
 @register("elementwise_max", **_FACTS)
 def elementwise_max(xp, attrs, x, y):
-    """Out = maximum(X, Y).  dOut flows to the larger input; on ties each gets half."""
+    """Out = maximum(X, Y) (NaN if either is).  dX = dOut where X >= Y (half on ties, all where
+    either is NaN), else 0; dY likewise."""
     return xp.maximum(x, aligned(x, y, attrs))
 
 
@@ -241,7 +240,8 @@ def _(g):
 
 @register("elementwise_min", **_FACTS)
 def elementwise_min(xp, attrs, x, y):
-    """Out = minimum(X, Y).  dOut flows to the smaller input; on ties each gets half."""
+    """Out = minimum(X, Y) (NaN if either is).  dX = dOut where X <= Y (half on ties, all where
+    either is NaN), else 0; dY likewise."""
     return xp.minimum(x, aligned(x, y, attrs))
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ops.compose import NUMPY_AXIS
+from ops.infer import result_dtype
 from ops.registry import Attr, register
+from ops.xp import scatter_add
 from tape.errors import DTypeError, IndexingError, ShapeError
 from tape.tape import apply
 
@@ -86,7 +88,7 @@ def _infer_lookup_grad(attrs, w, ids, gout):
             expected=str(tuple(ids.shape) + (w.shape[1],)),
             actual=str(gout.shape),
         )
-    return w.shape, gout.dtype
+    return w.shape, result_dtype(w, gout)
 
 
 @register(
@@ -104,8 +106,8 @@ def lookup_table_grad(xp, attrs, w, ids, gout):
     Linear in Out@GRAD: d(Out@GRAD) = lookup_table(dW@GRAD with the padding row zeroed, Ids).
     """
     flat_ids = ids.reshape(-1)
-    rows = gout.reshape(flat_ids.size, w.shape[1])
-    gw = xp.zeros(w.shape, dtype=gout.dtype)
+    gw = xp.zeros(w.shape, dtype=np.result_type(w.dtype, gout.dtype))
+    rows = gout.reshape(flat_ids.size, w.shape[1]).astype(gw.dtype, copy=False)
     if flat_ids.size:
         _scatter_add_rows(gw, flat_ids, rows)
     if attrs["padding_idx"] >= 0:
@@ -140,10 +142,9 @@ def _scatter_add_rows(out, ids, rows):
 
 @lookup_table_grad.kernel_for("gpu")
 def _(xp, attrs, w, ids, gout):
-    import cupyx  # only reached with cupy arrays: atomic adds are the fast path on a GPU
-
-    gw = xp.zeros(w.shape, dtype=gout.dtype)
-    cupyx.scatter_add(gw, ids.reshape(-1), gout.reshape(-1, w.shape[1]))
+    # Atomic adds are the fast path on a GPU.
+    gw = xp.zeros(w.shape, dtype=np.result_type(w.dtype, gout.dtype))
+    scatter_add(xp, gw, ids.reshape(-1), gout.reshape(-1, w.shape[1]).astype(gw.dtype, copy=False))
     if attrs["padding_idx"] >= 0:
         gw[attrs["padding_idx"]] = 0
     return gw

@@ -27,6 +27,7 @@ from ops.rnn import (
     sigmoid_in_place,
 )
 from ops.shape import concat, split
+from ops.xp import promote
 from tape.tape import apply, state
 
 GRU_GATES = ("r", "z", "n")
@@ -34,9 +35,9 @@ RZ_GATES = ("r", "z")
 
 
 def _infer_gru(attrs, gi, gh, h, bias_ih, bias_hh):
-    check_cell_inputs(gi, gh, "H", h, bias_ih, bias_hh, GRU_GATES)
-    state_desc = (tuple(h.shape), gi.dtype)
-    return state_desc, (tuple(h.shape[:-1]) + (2 * h.shape[-1],), gi.dtype), state_desc, state_desc
+    dtype = check_cell_inputs(gi, gh, "H", h, bias_ih, bias_hh, GRU_GATES)
+    state_desc = (tuple(h.shape), dtype)
+    return state_desc, (tuple(h.shape[:-1]) + (2 * h.shape[-1],), dtype), state_desc, state_desc
 
 
 @register(
@@ -67,6 +68,7 @@ def gru_cell(xp, attrs, gi, gh, h, bias_ih, bias_hh):
     >>> ops.gru_cell(zeros, zeros, tape.Variable(np.ones((1, 2), np.float32))).numpy()
     array([[0.5, 0.5]], dtype=float32)
     """
+    gi, gh, h, bias_ih, bias_hh = promote(gi, gh, h, bias_ih, bias_hh)
     hidden = h.shape[-1]
     two = 2 * hidden
     rz = xp.add(gi[..., :two], gh[..., :two])
@@ -151,12 +153,12 @@ def _or_zeros(grad, like):
 
 
 def _infer_gru_grad(attrs, rz, n, ghn, h, g_hout):
-    check_float([("RZ", rz), ("N", n), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)])
+    dtype = check_float([("RZ", rz), ("N", n), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)])
     check_gate_axis("RZ", rz, RZ_GATES)
     for slot, var in (("N", n), ("Ghn", ghn), ("H", h), ("Hout@GRAD", g_hout)):
         check_state(slot, var, "RZ", rz, RZ_GATES)
-    gates_desc = (tuple(h.shape[:-1]) + (3 * h.shape[-1],), h.dtype)
-    return gates_desc, gates_desc, (tuple(h.shape), h.dtype)
+    gates_desc = (tuple(h.shape[:-1]) + (3 * h.shape[-1],), dtype)
+    return gates_desc, gates_desc, (tuple(h.shape), dtype)
 
 
 @register(
@@ -176,6 +178,7 @@ def gru_cell_grad(xp, attrs, rz, n, ghn, h, g_hout):
     Not differentiable: a gradient that must be differentiated again is composed from
     registered ops instead (see gru_cell).
     """
+    rz, n, ghn, h, g_hout = promote(rz, n, ghn, h, g_hout)
     hidden = h.shape[-1]
     two = 2 * hidden
     r, z = rz[..., :hidden], rz[..., hidden:]

@@ -1,7 +1,23 @@
-"""Shape and dtype inference helpers shared by op registrations.
+"""Shape and dtype inference helpers shared by op registrations, and the library's dtype rule.
 
 Infer functions receive Variables (only ``.shape`` and ``.dtype`` are read) and return
 ``(shape, dtype)`` per output; they raise the library's errors naming the op and the inputs.
+
+The dtype rule (numpy 2, NEP 50), held by every op and checked for all of them by
+``tests/ops/test_dtype_rule.py``: an op's output has numpy's promotion of its inputs' dtypes
+(``np.result_type``): float32 with float64 gives float64, int32 with float32 gives float64, two
+integer types the wider one (``promoted``). True division of integers gives float64; floor
+division and remainder keep integers. A Python scalar never promotes an array: it takes the dtype
+of the Variables beside it (``x * 2.0`` stays float32; ``int32_x + 2.5`` is float64, as numpy),
+and one the dtype cannot hold (``int32_x + 10**12``) is an OverflowError naming the op. Inputs
+that are positions rather than values (indices, labels, masks, conditions) take no part.
+Comparisons and predicates give bool, casts and creation ops the dtype asked for, and an output
+written in place keeps its buffer's dtype (batch norm's running statistics; an optimizer update,
+which requires the gradient and state to have the parameter's dtype). Float-valued functions
+(sin, log, softmax, ...) refuse integer and bool inputs with a DTypeError; integer-only ops
+(bitwise, shifts) refuse floats. Every gradient has its variable's dtype: where mixed inputs
+promote, backward casts each input's gradient back to that input's dtype (a recorded ``cast``),
+so a float32 weight fed float64 data gets a float32 gradient.
 """
 
 from __future__ import annotations
@@ -37,6 +53,26 @@ def result_dtype(x, y):
     if x.dtype is y.dtype or x.dtype == y.dtype:
         return x.dtype
     return np.result_type(x.dtype, y.dtype)
+
+
+def promoted(*variables):
+    """numpy's promotion of the dtypes of the given Variables (None skipped)."""
+    dtypes = {v.dtype for v in variables if v is not None}
+    return dtypes.pop() if len(dtypes) == 1 else np.result_type(*dtypes)
+
+
+def promoted_float(slots):
+    """The promoted dtype of (slot, Variable) pairs that must all be real floating point (None
+    skipped), or a DTypeError naming the first that is not."""
+    for slot, var in slots:
+        if var is not None and var.dtype.kind != "f":
+            raise DTypeError(
+                None,
+                f"input {slot} must be floating point",
+                expected="float16, float32 or float64",
+                actual=str(var.dtype),
+            )
+    return promoted(*(var for _, var in slots))
 
 
 def same_as_input(attrs, x, *rest):
@@ -123,7 +159,8 @@ def real_float_same(attrs, x, *rest):
 
 
 def same_as_gradient(attrs, forward, gout):
-    """For ``*_grad`` ops: X@GRAD is like Out@GRAD; the forward tensor read must match its shape."""
+    """For ``*_grad`` ops: X@GRAD has Out@GRAD's shape, which the forward tensor read must have,
+    and the promotion of both dtypes."""
     if forward.shape != gout.shape:
         raise ShapeError(
             None,
@@ -131,23 +168,16 @@ def same_as_gradient(attrs, forward, gout):
             expected=str(forward.shape),
             actual=str(gout.shape),
         )
-    return gout.shape, gout.dtype
+    return gout.shape, result_dtype(forward, gout)
 
 
 def check_list_inputs(xs, axis_of=None, what=""):
-    """The checks of a list input X (sum, concat, stack): non-empty, one dtype, equal shapes
-    except along ``axis_of`` (``what`` says so in the message)."""
+    """The checks of a list input X (sum, concat, stack): non-empty, equal shapes except along
+    ``axis_of`` (``what`` says so in the message). Returns the promotion of their dtypes."""
     if not xs:
         raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
     first = xs[0]
     for i, x in enumerate(xs[1:], 1):
-        if x.dtype != first.dtype:
-            raise DTypeError(
-                None,
-                "all inputs X must have the same dtype",
-                expected=str(first.dtype),
-                actual=f"X[{i}].dtype == {x.dtype}",
-            )
         off_axis = [k for k in range(len(first.shape)) if k != axis_of]
         if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
             raise ShapeError(
@@ -156,3 +186,4 @@ def check_list_inputs(xs, axis_of=None, what=""):
                 expected=f"X[{i}].shape like X[0].shape == {first.shape}",
                 actual=f"X[{i}].shape == {x.shape}",
             )
+    return promoted(*xs)

@@ -17,11 +17,18 @@ from ops.compose import mul as _mul
 from ops.compose import neg as _neg
 from ops.compose import sub as _sub
 from ops.compose import sum_keep as _sum_keep
-from ops.infer import broadcast_shapes, normalize_axis, require_float, result_dtype
+from ops.infer import (
+    broadcast_shapes,
+    normalize_axis,
+    promoted_float,
+    require_float,
+    result_dtype,
+)
 from ops.nn import check_classes as _check_classes
 from ops.nn import log_softmax, softmax_grad
 from ops.reduce import reduce_sum, sum_to
 from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.constants import constant
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
@@ -49,14 +56,9 @@ def _infer_swce(attrs, logits, label):
             expected=f"Logits.shape[{axis}] >= 1",
             actual=f"Logits.shape={shape}",
         )
+    dtype = logits.dtype
     if attrs["soft_label"]:
-        if label.dtype != logits.dtype:
-            raise DTypeError(
-                None,
-                "soft labels must have Logits' dtype",
-                expected=str(logits.dtype),
-                actual=str(label.dtype),
-            )
+        dtype = promoted_float((("Logits", logits), ("Label", label)))
         if tuple(label.shape) != shape:
             raise ShapeError(
                 None,
@@ -82,7 +84,7 @@ def _infer_swce(attrs, logits, label):
                 f"(Logits.shape={shape}, axis={attrs['axis']})",
                 actual=f"Label.shape={label.shape}",
             )
-    return (shape, logits.dtype), (loss_shape, logits.dtype)
+    return (shape, dtype), (loss_shape, dtype)
 
 
 def _class_index(xp, label, attrs, logits_shape):
@@ -121,6 +123,8 @@ def softmax_with_cross_entropy(xp, attrs, logits, label):
     The functional call returns the namedtuple ``SoftmaxCrossEntropy(softmax, loss)``.
     """
     axis = attrs["axis"]
+    if attrs["soft_label"]:
+        logits, label = promote(logits, label)
     shift = logits.max(axis=axis, keepdims=True)
     prob = logits - shift
     if attrs["soft_label"]:
@@ -170,7 +174,7 @@ def _infer_swce_grad(attrs, label, prob, gloss):
             expected=str(loss_shape),
             actual=str(gloss.shape),
         )
-    return shape, dtype
+    return shape, np.result_type(dtype, gloss.dtype)
 
 
 @register(
@@ -189,6 +193,7 @@ def softmax_with_cross_entropy_grad(xp, attrs, label, prob, gloss):
     """
     axis = attrs["axis"]
     if attrs["soft_label"]:
+        label, prob, gloss = promote(label, prob, gloss)
         gx = prob * (label.sum(axis=axis, keepdims=True) * gloss)
         gx -= label * gloss
         return gx
@@ -228,15 +233,15 @@ _SCE_ATTRS = {"ignore_index": Attr("int", -100), "normalize": Attr("bool", False
 
 
 def _infer_sce(attrs, x, label, *rest):
-    require_float(None, x, "X")
-    if tuple(label.shape) != tuple(x.shape) or label.dtype != x.dtype:
+    dtype = promoted_float((("X", x), ("Label", label), *(("Out@GRAD", g) for g in rest)))
+    if tuple(label.shape) != tuple(x.shape):
         raise ShapeError(
             None,
-            "Label must have X's shape and dtype",
-            expected=f"{x.shape} {x.dtype}",
-            actual=f"{label.shape} {label.dtype}",
+            "Label must have X's shape",
+            expected=str(x.shape),
+            actual=str(label.shape),
         )
-    return x.shape, x.dtype
+    return x.shape, dtype
 
 
 def _scale_kept(xp, out, label, attrs):
@@ -261,6 +266,7 @@ def sigmoid_cross_entropy_with_logits(xp, attrs, x, label):
     dX = (sigmoid(X) - Label) * dOut and dLabel = -X * dOut, with the same mask and scale;
     dX comes from ``sigmoid_cross_entropy_with_logits_grad``.
     """
+    x, label = promote(x, label)
     out = xp.maximum(x, 0)
     out -= x * label
     soft = xp.exp(-xp.abs(x))
@@ -304,6 +310,7 @@ def sigmoid_cross_entropy_with_logits_grad(xp, attrs, x, label, gout):
     Its gradient along H: dX = H * G * s * sigmoid'(X), dLabel = -H * G * s, and (linear in G)
     dG = sigmoid_cross_entropy_with_logits_grad(X, Label, H).
     """
+    x, label, gout = promote(x, label, gout)
     # sigmoid(x) = (1 + tanh(x / 2)) / 2 never overflows.
     gx = xp.tanh(x * 0.5)
     gx *= 0.5

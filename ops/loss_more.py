@@ -17,6 +17,7 @@ from ops.compose import sub as _sub
 from ops.infer import broadcast_shapes, require_float, result_dtype
 from ops.reduce import sum_to
 from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.constants import constant
 from tape.tape import apply
 
@@ -67,6 +68,7 @@ def bce_loss(xp, attrs, x, y):
     >>> ops.bce_loss(tape.Variable(np.array([0.5, 0.0])), np.array([1.0, 1.0])).numpy().round(4)
     array([  0.6931, 100.    ])
     """
+    x, y = promote(x, y)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_x = xp.maximum(xp.log(x), -100.0)
         log_rest = xp.maximum(xp.log1p(-x), -100.0)
@@ -112,6 +114,7 @@ def kl_div(xp, attrs, x, target):
     >>> ops.kl_div(tape.Variable(np.log([0.5, 0.5])), np.array([1.0, 0.0])).numpy().round(4)
     array([0.6931, 0.    ])
     """
+    x, target = promote(x, target)
     if attrs["log_target"]:
         return xp.exp(target) * (target - x)
     with np.errstate(divide="ignore", invalid="ignore"):

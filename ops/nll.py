@@ -146,7 +146,7 @@ def nll_loss_grad(xp, attrs, label, weight, gout):
     axis, depth = attrs["axis"], attrs["depth"]
     safe, picked = _picked_weights(xp, attrs, label, weight, depth, gout.dtype)
     shape = tuple(gout.shape[:axis]) + (depth,) + tuple(gout.shape[axis:])
-    gx = xp.zeros(shape, dtype=gout.dtype)
+    gx = xp.zeros(shape, dtype=np.result_type(gout.dtype, picked.dtype))
     xp.put_along_axis(gx, xp.expand_dims(safe, axis), xp.expand_dims(-picked * gout, axis), axis)
     return gx
 

@@ -15,8 +15,9 @@ from ops.compose import mul as _mul
 from ops.compose import neg as _neg
 from ops.compose import sub as _sub
 from ops.compose import sum_keep as _sum_keep
-from ops.infer import normalize_axis, require_float
+from ops.infer import normalize_axis, require_float, result_dtype
 from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
@@ -32,7 +33,8 @@ def _infer_axis_grad(attrs, out, gout):
         raise ShapeError(
             None, "Out@GRAD must have Out's shape", expected=str(out.shape), actual=str(gout.shape)
         )
-    return _infer_float_axis(attrs, gout)
+    shape, _ = _infer_float_axis(attrs, gout)
+    return shape, result_dtype(out, gout)
 
 
 _AXIS = {"axis": Attr("int", -1)}
@@ -66,6 +68,7 @@ def softmax_grad(xp, attrs, out, gout):
     Its gradient along H (the gradient of X@GRAD): dG = softmax_grad(Out, H) and
     dOut = H * (G - sum(G * Out)) - sum(H * Out) * G.
     """
+    out, gout = promote(out, gout)
     if out.ndim == 0:
         return softmax_grad.kernel(xp, attrs, out.reshape(1), gout.reshape(1)).reshape(())
     gx = out * gout
@@ -114,6 +117,7 @@ def log_softmax_grad(xp, attrs, out, gout):
 
     Its gradient along H: dG = H - sum(H * exp(Out), axis), dOut = -H * exp(Out) * sum(G, axis).
     """
+    out, gout = promote(out, gout)
     if out.ndim == 0:
         return log_softmax_grad.kernel(xp, attrs, out.reshape(1), gout.reshape(1)).reshape(())
     gx = xp.exp(out)

@@ -24,6 +24,7 @@ from ops.norm_grad import (
     shaped,
 )
 from ops.registry import Attr, register
+from ops.xp import promote
 from tape.errors import ShapeError
 from tape.tape import apply
 
@@ -37,7 +38,7 @@ BN_ATTRS = {
 
 def _infer_bn(attrs, x, scale, bias, mean, variance):
     vectors = (("Scale", scale), ("Bias", bias), ("Mean", mean), ("Variance", variance))
-    same_float(vectors, x)
+    dtype = same_float(vectors, x)
     if len(x.shape) < 2:
         raise ShapeError(
             None,
@@ -63,8 +64,10 @@ def _infer_bn(attrs, x, scale, bias, mean, variance):
             expected="N * H * W > 1 (set is_test=True to use running statistics)",
             actual=f"X.shape={x.shape}",
         )
-    vector = ((channels,), x.dtype)
-    return (tuple(x.shape), x.dtype), vector, vector, vector, vector
+    vector = ((channels,), dtype)
+    # MeanOut and VarianceOut are the running statistics' own buffers, updated in place.
+    running = ((channels,), mean.dtype), ((channels,), variance.dtype)
+    return (tuple(x.shape), dtype), *running, vector, vector
 
 
 @register(
@@ -88,8 +91,10 @@ def batch_norm(xp, attrs, x, scale, bias, mean, variance):
     """
     axes, _, bshape, count = bn_axes(x.shape, attrs["data_layout"])
     momentum, epsilon = attrs["momentum"], attrs["epsilon"]
+    # Mixed dtypes compute in the promoted one; the running statistics keep theirs.
+    x, scale, bias, mean_in, variance_in = promote(x, scale, bias, mean, variance)
     if attrs["is_test"]:
-        mu, var = mean.copy(), variance
+        mu, var = mean_in.copy(), variance_in
     else:
         mu = x.mean(axis=axes)
     centered = x - mu.reshape(bshape)
@@ -171,11 +176,11 @@ def _bn_running_grads_test(g):
 
 
 def _infer_ln(attrs, x, scale, bias):
-    same_float((("Scale", scale), ("Bias", bias)), x)
+    dtype = same_float((("Scale", scale), ("Bias", bias)), x)
     begin, rows, size = ln_split(x.shape, attrs)
     check_affine(x, "Scale", scale, begin, size)
     check_affine(x, "Bias", bias, begin, size)
-    return (tuple(x.shape), x.dtype), ((rows,), x.dtype), ((rows,), x.dtype)
+    return (tuple(x.shape), dtype), ((rows,), dtype), ((rows,), dtype)
 
 
 @register(
@@ -200,6 +205,7 @@ def layer_norm(xp, attrs, x, scale, bias):
     (array([[-1.,  1.]], dtype=float32), array([2.], dtype=float32), array([1.], dtype=float32))
     """
     _, rows, size = ln_split(x.shape, attrs)
+    x, scale, bias = promote(x, scale, bias)
     x2 = x.reshape(rows, size)
     mean = x2.mean(axis=1)
     centered = x2 - mean[:, None]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
-from ops.infer import normalize_axis
+from ops.infer import normalize_axis, promoted_float
 from ops.reduce import reduce_sum, sum_to
 from ops.registry import Attr, register
 from ops.shape import reshape
-from tape.errors import DTypeError, ShapeError
+from ops.xp import promote
+from tape.errors import ShapeError
 from tape.tape import apply
 
 EPSILON = Attr("float", 1e-5, check=lambda v: v >= 0, rule=">= 0")
@@ -30,22 +31,9 @@ def bn_axes(shape, layout):
 
 
 def same_float(op_slots, x):
-    """X is floating point and every given (slot, Variable) has its dtype."""
-    if x.dtype.kind != "f":
-        raise DTypeError(
-            None,
-            "input X must be floating point",
-            expected="float16, float32 or float64",
-            actual=str(x.dtype),
-        )
-    for slot, var in op_slots:
-        if var is not None and var.dtype != x.dtype:
-            raise DTypeError(
-                None,
-                f"input {slot} must have X's dtype",
-                expected=str(x.dtype),
-                actual=f"{slot}.dtype == {var.dtype}",
-            )
+    """X and every given (slot, Variable) are floating point; returns their promoted dtype (the
+    dtype of the normalised output and of the statistics)."""
+    return promoted_float((("X", x), *op_slots))
 
 
 def add_terms(*terms):
@@ -93,7 +81,7 @@ def ln_shapes(x, begin):
 
 
 def _infer_bn_grad(attrs, x, scale, saved_mean, inv_std, gy):
-    same_float(
+    dtype = same_float(
         (("Scale", scale), ("SavedMean", saved_mean), ("SavedVariance", inv_std), ("Y@GRAD", gy)), x
     )
     _, channel, _, _ = bn_axes(x.shape, attrs["data_layout"])
@@ -109,8 +97,8 @@ def _infer_bn_grad(attrs, x, scale, saved_mean, inv_std, gy):
         raise ShapeError(
             None, "Y@GRAD must have X's shape", expected=str(x.shape), actual=str(gy.shape)
         )
-    vector = ((x.shape[channel],), x.dtype)
-    return (tuple(x.shape), x.dtype), vector, vector
+    vector = ((x.shape[channel],), dtype)
+    return (tuple(x.shape), dtype), vector, vector
 
 
 @register(
@@ -128,6 +116,7 @@ def batch_norm_grad(xp, attrs, x, scale, mu, inv_std, gy):
     (``_grad_of_grad``).
     """
     axes, _, bshape, count = bn_axes(x.shape, attrs["data_layout"])
+    x, scale, mu, inv_std, gy = promote(x, scale, mu, inv_std, gy)
     xhat = (x - mu.reshape(bshape)) * inv_std.reshape(bshape)
     gbias = gy.sum(axis=axes)
     gscale = (gy * xhat).sum(axis=axes)
@@ -204,7 +193,7 @@ def _grad_of_grad(x, scale, mu, inv_std, gy, upstream, axes, count, train):
 
 
 def _infer_ln_grad(attrs, x, scale, mean, var, gy):
-    same_float((("Scale", scale), ("Mean", mean), ("Variance", var), ("Y@GRAD", gy)), x)
+    dtype = same_float((("Scale", scale), ("Mean", mean), ("Variance", var), ("Y@GRAD", gy)), x)
     begin, rows, size = ln_split(x.shape, attrs)
     check_affine(x, "Scale", scale, begin, size)
     for slot, v in (("Mean", mean), ("Variance", var)):
@@ -219,8 +208,8 @@ def _infer_ln_grad(attrs, x, scale, mean, var, gy):
         raise ShapeError(
             None, "Y@GRAD must have X's shape", expected=str(x.shape), actual=str(gy.shape)
         )
-    affine = (tuple(x.shape[begin:]), x.dtype)
-    return (tuple(x.shape), x.dtype), affine, affine
+    affine = (tuple(x.shape[begin:]), dtype)
+    return (tuple(x.shape), dtype), affine, affine
 
 
 @register(
@@ -237,6 +226,7 @@ def layer_norm_grad(xp, attrs, x, scale, mean, var, gy):
     forward had no Scale or Bias). Its own gradient is composed from registered ops.
     """
     begin, rows, size = ln_split(x.shape, attrs)
+    x, scale, mean, var, gy = promote(x, scale, mean, var, gy)
     inv_std = (1.0 / xp.sqrt(var + attrs["epsilon"]))[:, None]
     xhat = (x.reshape(rows, size) - mean[:, None]) * inv_std
     g2 = gy.reshape(rows, size)

@@ -11,13 +11,13 @@ import numpy as np
 from ops.compose import NUMPY_AXIS
 from ops.infer import check_list_inputs, kernel_axes, normalize_axes, require_float
 from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.errors import ShapeError
 from tape.tape import apply
 
 
 def _infer_sum(attrs, xs):
-    check_list_inputs(xs)
-    return xs[0].shape, xs[0].dtype
+    return xs[0].shape, check_list_inputs(xs)
 
 
 @register("sum", inputs=("X*",), infer=_infer_sum, elementwise=True, no_need_buffer=("X",))
@@ -26,6 +26,7 @@ def sum(xp, attrs, xs):  # noqa: A001  (the seed's name)
 
     dX[i] = dOut.
     """
+    xs = promote(*xs)  # `out += x` would keep a first float32 among float64s
     out = xs[0] + xs[1] if len(xs) > 1 else xs[0].copy()
     for x in xs[2:]:
         out += x

@@ -14,10 +14,12 @@ import numpy as np
 from ops.activation import sigmoid_grad, tanh, tanh_grad
 from ops.compose import NO_ATTRS, mul
 from ops.fill import fill_zeros_like
+from ops.infer import promoted_float
 from ops.reduce import sum_to
 from ops.registry import register
 from ops.shape import concat, split
-from tape.errors import DTypeError, ShapeError
+from ops.xp import promote
+from tape.errors import ShapeError
 from tape.tape import apply, state
 
 
@@ -43,22 +45,8 @@ def _gate_major(ndim):
 
 
 def check_float(slots):
-    first_slot, first = slots[0]
-    if first.dtype.kind != "f":
-        raise DTypeError(
-            None,
-            f"input {first_slot} must be floating point",
-            expected="float16, float32 or float64",
-            actual=str(first.dtype),
-        )
-    for slot, var in slots[1:]:
-        if var is not None and var.dtype != first.dtype:
-            raise DTypeError(
-                None,
-                f"input {slot} must have {first_slot}'s dtype",
-                expected=str(first.dtype),
-                actual=f"{slot}.dtype == {var.dtype}",
-            )
+    """Every given (slot, Variable) is floating point; returns their promoted dtype."""
+    return promoted_float(slots)
 
 
 LSTM_GATES = ("i", "f", "g", "o")
@@ -98,9 +86,9 @@ def check_gate_axis(slot, gates, names=LSTM_GATES):
 
 
 def check_cell_inputs(gi, gh, state_slot, state, bias_ih, bias_hh, names=LSTM_GATES):
-    """The checks a fused cell's inputs share: float inputs of one dtype, projections Gi and Gh
-    of one shape (..., G*H), a state (..., H) and biases (G*H,) where given."""
-    check_float(
+    """The checks a fused cell's inputs share: float inputs, projections Gi and Gh of one shape
+    (..., G*H), a state (..., H) and biases (G*H,) where given. Returns the promoted dtype."""
+    dtype = check_float(
         [("Gi", gi), ("Gh", gh), (state_slot, state), ("BiasIh", bias_ih), ("BiasHh", bias_hh)]
     )
     if tuple(gi.shape) != tuple(gh.shape):
@@ -120,12 +108,13 @@ def check_cell_inputs(gi, gh, state_slot, state, bias_ih, bias_hh, names=LSTM_GA
                 expected=f"{slot}.shape == ({gi.shape[-1]},) (Gi.shape[-1])",
                 actual=f"{slot}.shape={bias.shape}",
             )
+    return dtype
 
 
 def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
-    check_cell_inputs(gi, gh, "C", c, bias_ih, bias_hh)
-    state_desc = (tuple(c.shape), gi.dtype)
-    return state_desc, state_desc, (tuple(gi.shape), gi.dtype)
+    dtype = check_cell_inputs(gi, gh, "C", c, bias_ih, bias_hh)
+    state_desc = (tuple(c.shape), dtype)
+    return state_desc, state_desc, (tuple(gi.shape), dtype)
 
 
 @register(
@@ -156,6 +145,7 @@ def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
     >>> c.numpy(), h.numpy().round(4)
     (array([[0.5, 0.5]], dtype=float32), array([[0.2311, 0.2311]], dtype=float32))
     """
+    gi, gh, c, bias_ih, bias_hh = promote(gi, gh, c, bias_ih, bias_hh)
     gates = xp.add(gi, gh)
     if bias_ih is not None and bias_hh is not None:
         gates += bias_ih + bias_hh  # one (4H,) add instead of a second pass over the batch
@@ -222,14 +212,14 @@ def _composed_grad(gates, c, cout, g_hout, g_cout, g_gates):
 
 
 def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
-    check_float(
+    dtype = check_float(
         [("Gates", gates), ("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)]
     )
     check_gate_axis("Gates", gates)
     for slot, var in (("C", c), ("Cout", cout), ("Hout@GRAD", g_hout), ("Cout@GRAD", g_cout)):
         if var is not None:
             check_state(slot, var, "Gates", gates)
-    return (tuple(gates.shape), gates.dtype), (tuple(c.shape), c.dtype)
+    return (tuple(gates.shape), dtype), (tuple(c.shape), dtype)
 
 
 @register(
@@ -253,6 +243,7 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     # Arithmetic on a gate's strided slice of (..., 4H) costs several times as much as on a
     # contiguous array at LSTM sizes, so the gates are copied once into a gate-major block
     # (4, ..., H) and Z@GRAD is built in another, copied back at the end.
+    gates, c, cout, g_hout, g_cout = promote(gates, c, cout, g_hout, g_cout)
     to_major = _gate_major(gates.ndim + 1)
     major = xp.ascontiguousarray(_by_gate(gates).transpose(to_major))
     i, f, g, o = major

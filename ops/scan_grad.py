@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ops.infer import normalize_axis, real_float_same
+from ops.infer import normalize_axis, real_float_same, result_dtype
 from ops.registry import REGISTRY, register
 from ops.scan import SCAN_ATTRS, along, cumprod, logcumsumexp, scan
+from ops.xp import promote
 from tape.constants import constant
 from tape.errors import ShapeError
 from tape.tape import apply
@@ -21,7 +22,9 @@ def _infer_cumprod_grad(attrs, x, gout):
             None, "Out@GRAD must have X's shape", expected=str(x.shape), actual=str(gout.shape)
         )
     normalize_axis(None, attrs["axis"], len(x.shape))
-    return real_float_same(attrs, gout)
+    real_float_same(attrs, x)
+    shape, _ = real_float_same(attrs, gout)
+    return shape, result_dtype(x, gout)
 
 
 @register(
@@ -41,6 +44,7 @@ def cumprod_grad(xp, attrs, x, gout):
     taken through ``cumprod_grad_composed``, which ``cumprod``'s gradient records instead of
     this op when the gradient is to be differentiated.
     """
+    x, gout = promote(x, gout)  # the dtype rule (ops.infer)
     if x.ndim == 0:
         return xp.zeros_like(gout) if attrs["exclusive"] else gout.copy()
     axis = attrs["axis"]

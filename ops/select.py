@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
+
 from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
 from ops.registry import Attr, register
+from ops.xp import scatter_add
 from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
 from tape.tape import apply
 
@@ -88,7 +91,7 @@ def _infer_slice_grad(attrs, x, gout):
             expected=f"{shape} (slice of X.shape={x.shape})",
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -103,7 +106,7 @@ def slice_grad(xp, attrs, x, gout):
 
     d(Out@GRAD) = slice(dOut); X gets no gradient.
     """
-    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    gx = xp.zeros(x.shape, dtype=np.result_type(x.dtype, gout.dtype))
     # The trailing '...' makes the window a view even of a 0-d X (``gx[()]`` is a scalar copy).
     window = gx[_slice_index(attrs, len(x.shape)) + (Ellipsis,)]
     window[...] = gout.reshape(window.shape)
@@ -173,7 +176,7 @@ def _infer_gather_grad(attrs, x, index, gout):
             expected=str(shape),
             actual=str(gout.shape),
         )
-    return x.shape, gout.dtype
+    return x.shape, result_dtype(x, gout)
 
 
 @register(
@@ -188,17 +191,15 @@ def gather_grad(xp, attrs, x, index, gout):
 
     d(Out@GRAD) = gather(dOut, Index, axis); X and Index get none.
     """
-    gx = xp.zeros(x.shape, dtype=gout.dtype)
+    gx = xp.zeros(x.shape, dtype=np.result_type(x.dtype, gout.dtype))
     xp.add.at(gx, _along(attrs["axis"], len(x.shape), index), gout)
     return gx
 
 
 @gather_grad.kernel_for("gpu")
 def _(xp, attrs, x, index, gout):
-    import cupyx  # only reached with cupy arrays; older cupy has no ufunc.at
-
-    gx = xp.zeros(x.shape, dtype=gout.dtype)
-    cupyx.scatter_add(gx, _along(attrs["axis"], len(x.shape), index), gout)
+    gx = xp.zeros(x.shape, dtype=np.result_type(x.dtype, gout.dtype))
+    scatter_add(xp, gx, _along(attrs["axis"], len(x.shape), index), gout)
     return gx
 
 

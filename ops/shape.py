@@ -202,10 +202,10 @@ def _infer_concat(attrs, xs):
             actual="X[0].shape == ()",
         )
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape)) if xs else 0
-    check_list_inputs(xs, axis, f" except along axis {axis}")
+    dtype = check_list_inputs(xs, axis, f" except along axis {axis}")
     shape = list(xs[0].shape)
     shape[axis] = sum(x.shape[axis] for x in xs)
-    return tuple(shape), xs[0].dtype
+    return tuple(shape), dtype
 
 
 @register(
@@ -229,11 +229,11 @@ def _(g):
 
 
 def _infer_stack(attrs, xs):
-    check_list_inputs(xs)
+    dtype = check_list_inputs(xs)
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape) + 1)
     shape = list(xs[0].shape)
     shape.insert(axis, len(xs))
-    return tuple(shape), xs[0].dtype
+    return tuple(shape), dtype
 
 
 @register(

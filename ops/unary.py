@@ -20,7 +20,8 @@ from ops.elementwise import elementwise_div
 from ops.infer import float_same as _float_same
 from ops.infer import same_as_gradient as _infer_grad
 from ops.infer import same_as_input
-from ops.registry import Attr, register
+from ops.registry import REGISTRY, Attr, register
+from ops.xp import promote
 from tape.errors import AttrError, DTypeError
 from tape.tape import apply
 
@@ -38,10 +39,16 @@ def _(g):
     return (apply(neg, (g.gouts[0],), _NO_ATTRS),)
 
 
-@register("sign", inputs=("X",), infer=same_as_input, elementwise=True, differentiable=False)
+@register("sign", inputs=("X",), infer=same_as_input, elementwise=True, no_need_buffer=("X",))
 def sign(xp, attrs, x):
-    """Out = -1, 0 or 1 as X is negative, zero or positive.  Piecewise constant: no gradient."""
+    """Out = -1, 0 or 1 as X is negative, zero or positive.  dX = 0 (piecewise constant; zeros,
+    as in PyTorch, rather than no gradient at all)."""
     return xp.sign(x)
+
+
+@sign.gradient
+def _(g):
+    return (apply(REGISTRY["fill_zeros_like"], (g.gouts[0],), _NO_ATTRS),)
 
 
 @register("abs", inputs=("X",), infer=same_as_input, elementwise=True)
@@ -163,13 +170,6 @@ def _infer_clip(attrs, x):
         raise AttrError(
             None, "attributes 'min' and 'max' are both None", expected="at least one bound"
         )
-    if low is not None and high is not None and low > high:
-        raise AttrError(
-            None,
-            "attribute 'min' is greater than 'max'",
-            expected="min <= max",
-            actual=f"min={low}, max={high}",
-        )
     if x.dtype.kind not in "iuf":
         raise DTypeError(
             None,
@@ -182,7 +182,8 @@ def _infer_clip(attrs, x):
 
 @register("clip", inputs=("X",), attrs=_CLIP_ATTRS, infer=_infer_clip, elementwise=True)
 def clip(xp, attrs, x):
-    """Out = min(max(X, min), max); a bound that is None is not applied.
+    """Out = min(max(X, min), max); a bound that is None is not applied. With min > max every
+    element is max (as PyTorch and numpy).
 
     dX = dOut where min <= X <= max, else 0 (bounds included, as in PyTorch) ('clip_grad').
     """
@@ -205,15 +206,16 @@ def _(g):
     "clip_grad", inputs=("X", "Out@GRAD"), attrs=_CLIP_ATTRS, infer=_infer_grad, elementwise=True
 )
 def clip_grad(xp, attrs, x, gout):
-    """X@GRAD = Out@GRAD where min <= X <= max, else 0.
+    """X@GRAD = Out@GRAD where min <= X <= max, else 0 (also for an infinite Out@GRAD or NaN X).
 
     d(Out@GRAD) = clip_grad(X, dX@GRAD);  dX = 0 (piecewise constant in X).
     """
     low, high = attrs["min"], attrs["max"]
+    x, gout = promote(x, gout)
     inside = None if low is None else x >= low
     if high is not None:
         inside = x <= high if inside is None else inside & (x <= high)
-    return gout.copy() if inside is None else gout * inside
+    return gout.copy() if inside is None else xp.where(inside, gout, 0)
 
 
 @clip_grad.gradient

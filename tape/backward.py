@@ -254,6 +254,10 @@ def _accumulate(op, var, g, pending):
             expected=str(var.shape),
             actual=str(g.shape),
         )
+    if g.dtype != var.dtype:
+        # Mixed-dtype inputs (float32 weight, float64 data) give a promoted gradient; every
+        # gradient has its variable's dtype, through a recorded cast (lazy and create_graph see it).
+        g = apply(REGISTRY["cast"], (g,), {"out_dtype": var.dtype.name})
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]

@@ -1,15 +1,19 @@
 """Turning Python scalars and arrays given to ops into constant Variables.
 
 A Python scalar takes its dtype from the Variables beside it, by numpy 2's weak-scalar rule
-(NEP 50): ``x * 2.0`` stays float32 for a float32 ``x``. Arrays keep their own dtype.
+(NEP 50): ``x * 2.0`` stays float32 for a float32 ``x``, ``int32_x + 2.5`` is float64, and a
+scalar the dtype cannot hold (``int32_x + 10**12``) is a ScalarOverflowError naming the op, as
+numpy raises OverflowError. Among an op's inputs the scalar is typed after a float Variable if
+there is one, else a non-bool one: ``where(bool_condition, 2.0, float32_x)`` stays float32.
+numpy scalars (``np.float64(2)``) keep their dtype, as in numpy 2. Arrays keep their own dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ops.xp import array_module, as_array
-from tape.errors import InputError
+from ops.xp import array_module, as_array, default_module
+from tape.errors import InputError, ScalarOverflowError, user_location
 from tape.variable import Variable
 
 _SCALARS = (bool, int, float, np.bool_, np.integer, np.floating)
@@ -18,17 +22,18 @@ _cache: dict = {}
 
 def constant(scalar, like=None):
     """A 0-d constant Variable for ``scalar``, typed after the Variable ``like`` (weakly)."""
-    xp = np
     if like is not None and like.dtype is not None:
         dtype = (
             np.result_type(like.dtype, scalar)
             if type(scalar) in (bool, int, float)
             else np.result_type(like.dtype, np.asarray(scalar).dtype)
         )
-        if like._value is not None:
-            xp = array_module(like._value)
+        # Where ``like`` lives; a lazy Variable has no value yet: the current place's module
+        # (record lazy GPU programs inside ``tape.device("gpu")``).
+        xp = array_module(like._value) if like._value is not None else default_module()
     else:
         dtype = np.asarray(scalar).dtype
+        xp = np
     key = (type(scalar), scalar, dtype, xp)
     var = _cache.get(key)
     if var is None:
@@ -38,12 +43,31 @@ def constant(scalar, like=None):
     return var
 
 
+def _overflow(scalar, like, op, slot):
+    dtype = "its default dtype" if like is None or like.dtype is None else str(like.dtype)
+    bounds = ""
+    if like is not None and like.dtype is not None and like.dtype.kind in "iu":
+        info = np.iinfo(like.dtype)
+        bounds = f" [{info.min}, {info.max}]"
+    return ScalarOverflowError(
+        op,
+        f"the Python scalar for input '{slot}' does not fit the dtype it takes ({dtype})",
+        expected=f"a value in {dtype}'s range{bounds}",
+        actual=repr(scalar),
+        hint="cast the Variable to a wider dtype first, e.g. x.astype('int64')",
+        location=user_location(),
+    )
+
+
 def as_variable(value, like=None, op=None, slot=None):
     """``value`` as a Variable: Variables pass through, scalars and arrays become constants."""
     if isinstance(value, Variable):
         return value
     if isinstance(value, _SCALARS):
-        return constant(value, like)
+        try:
+            return constant(value, like)
+        except OverflowError:
+            raise _overflow(value, like, op, slot) from None
     if (
         hasattr(value, "__array_interface__")
         or hasattr(value, "__cuda_array_interface__")
@@ -58,7 +82,7 @@ def as_variable(value, like=None, op=None, slot=None):
 def as_inputs(defn, inputs):
     """Positional user inputs -> one entry per input slot (lists for duplicable slots)."""
     slots = defn.input_slots
-    like = next((v for v in _iter_flat(inputs) if isinstance(v, Variable)), None)
+    like = _scalar_like(inputs)
     args = []
     for i, slot in enumerate(slots):
         value = inputs[i] if i < len(inputs) else None
@@ -79,6 +103,21 @@ def as_inputs(defn, inputs):
         else:
             args.append(as_variable(value, like, defn.type, slot))
     return tuple(args)
+
+
+def _scalar_like(inputs):
+    """The Variable scalar inputs are typed after: the first float one, else the first that is
+    not bool (a condition or mask), else the first."""
+    first = fallback = None
+    for value in _iter_flat(inputs):
+        if isinstance(value, Variable) and value.dtype is not None:
+            if value.dtype.kind in "fc":
+                return value
+            if fallback is None and value.dtype.kind != "b":
+                fallback = value
+            if first is None:
+                first = value
+    return first if fallback is None else fallback
 
 
 def _iter_flat(inputs):

@@ -122,6 +122,10 @@ class InputError(FluidError, TypeError):
     """A missing, unexpected or non-Variable input, or an unknown op type."""
 
 
+class ScalarOverflowError(FluidError, OverflowError):
+    """A Python scalar the dtype it takes cannot hold (``int32_x + 10**12``; numpy raises too)."""
+
+
 class IndexingError(FluidError, IndexError):
     """An index outside an axis's range, or an index form indexing does not support."""
 

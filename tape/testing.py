@@ -3,8 +3,9 @@
 An ``OpCase`` says how to build an op's inputs, its attributes and a plain-numpy reference; the
 registry sweep (``tests/ops/test_registry_sweep.py``) derives from each case a forward check per
 dtype (and on non-contiguous inputs), a gradient check against central differences in float64,
-and a double-backward check where the case asks for one. ``gradcheck`` is the same gradient
-checker for any function of Variables.
+and a double-backward check where the case asks for one (``tape.testing_device.check_on_device``
+runs a case on the emulated GPU). ``gradcheck`` is the same gradient checker for any function of
+Variables.
 """
 
 from __future__ import annotations

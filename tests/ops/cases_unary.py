@@ -104,6 +104,7 @@ CASES = [
         name="int",
     ),
     OpCase("sign", {"X": np.array([-2.5, -0.0, 0.0, 1e-30, 3.0])}, reference=np.sign, grad=False),
+    OpCase("sign", {"X": away_from((3, 4), 0.0)}, reference=np.sign, double_grad=True, name="grad"),
     OpCase("abs", {"X": away_from((3, 4), 0.0)}, reference=np.abs, double_grad=True),
     OpCase("abs", {"X": np.array([-3, 0, 2], np.int32)}, reference=np.abs, grad=False, name="int"),
     OpCase("square", {"X": (3, 4)}, reference=np.square, double_grad=True),
@@ -282,6 +283,14 @@ CASES = [
         {"max": 0.3},
         reference=lambda x, max: np.minimum(x, max),
         name="max_only",
+    ),
+    OpCase(
+        "clip",
+        {"X": away_from((2, 3), 0.5, 1.5)},
+        {"min": 1.5, "max": 0.5},
+        reference=lambda x, **a: np.full_like(x, 0.5),
+        double_grad=True,
+        name="min_above_max",
     ),
     OpCase(
         "clip",

@@ -10,6 +10,7 @@ import pytest
 import tests.ops as cases_package
 from ops.registry import REGISTRY
 from tape.testing import check_double_grad, check_forward, check_grad
+from tape.testing_device import EmulatedDevice, check_on_device
 
 
 def _load_cases():
@@ -90,3 +91,15 @@ def _float32_gradient_dtypes(case):
     return all(
         g is None or g.dtype == leaf.dtype for g, leaf in zip(tape.grad(loss, leaves), leaves)
     )
+
+
+_DEVICE = EmulatedDevice()
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+def test_kernels_and_gradients_run_on_the_emulated_gpu(case, lazy):
+    """CPU equals GPU on the strict emulated device (tape.testing_device), eagerly and through
+    the lazy scheduler: a kernel calling ``np.`` on a device array, or copying to the host, fails
+    here instead of on a user's GPU."""
+    check_on_device(case, _DEVICE, lazy=lazy)
