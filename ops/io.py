@@ -9,8 +9,6 @@ so it runs when it is a target (or, on a lazy tape, with the next run).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ops.registry import Attr, register
@@ -75,10 +73,9 @@ def save(xp, attrs, xs):
     The file is written to a temporary name and renamed, so a crash never leaves half a
     checkpoint; it loads with ``numpy.load(path, allow_pickle=False)``. No outputs, no gradient.
     """
+    from tape.atomic import write_atomic
+
     names = attrs["names"] or [str(i) for i in range(len(xs))]
-    path = attrs["path"]
-    partial = f"{path}.partial-{os.getpid()}"
-    with open(partial, "wb") as handle:
-        np.savez(handle, **{name: to_numpy(x) for name, x in zip(names, xs, strict=True)})
-    os.replace(partial, path)
+    arrays = {name: to_numpy(x) for name, x in zip(names, xs, strict=True)}
+    write_atomic(attrs["path"], lambda file: np.savez(file, **arrays))
     return ()

@@ -25,13 +25,13 @@ import contextlib
 import hashlib
 import json
 import os
-import uuid
 import zipfile
 
 import numpy as np
 
 from ops.xp import array_module, to_numpy
 from tape import transaction
+from tape.atomic import write_atomic
 from tape.errors import FluidError, InputError
 from tape.variable import Variable
 
@@ -153,26 +153,8 @@ def save(path, params, optimizer=None):
 
 
 def _write_atomic(path, members):
-    """np.savez into a new file beside ``path``, fsynced, then renamed over it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            np.savez(file, **members)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):  # make the rename durable where directories sync
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    """np.savez of ``members`` written atomically to ``path``."""
+    write_atomic(path, lambda file: np.savez(file, **members))
 
 
 def load(path, params, optimizer=None, strict=True):

@@ -10,6 +10,9 @@ numpy scalars (``np.float64(2)``) keep their dtype, as in numpy 2. Arrays keep t
 
 from __future__ import annotations
 
+import math
+import weakref
+
 import numpy as np
 
 from ops.xp import array_module, as_array, default_module
@@ -34,13 +37,29 @@ def constant(scalar, like=None):
     else:
         dtype = np.asarray(scalar).dtype
         xp = np
-    key = (type(scalar), scalar, dtype, xp)
+    # -0.0 == 0.0 (and hashes alike): the sign bit keeps the two constants apart.
+    sign = math.copysign(1.0, scalar) if isinstance(scalar, (float, np.floating)) else None
+    key = (type(scalar), scalar, sign, dtype, xp)
     var = _cache.get(key)
     if var is None:
         if len(_cache) > 512:
             _cache.clear()
-        var = _cache[key] = Variable(xp.asarray(scalar, dtype=dtype))
+        var = _cache[key] = _constant(xp.asarray(scalar, dtype=dtype))
     return var
+
+
+_CONSTANTS = weakref.WeakSet()
+
+
+def _constant(array):
+    var = Variable(array)
+    _CONSTANTS.add(var)
+    return var
+
+
+def is_constant(var):
+    """Whether ``var`` is a constant made from a scalar or array given to an op."""
+    return var in _CONSTANTS
 
 
 def _overflow(scalar, like, op, slot):
@@ -73,7 +92,7 @@ def as_variable(value, like=None, op=None, slot=None):
         or hasattr(value, "__cuda_array_interface__")
         or isinstance(value, (list, tuple))
     ):
-        return Variable(as_array(value))
+        return _constant(as_array(value))
     raise InputError(
         op, f"input '{slot}' must be a Variable, an array or a number", actual=type(value).__name__
     )

@@ -23,14 +23,17 @@ from the Variables it was recorded with; in-place updates (optimizer ops) write 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import zipfile
 
 import numpy as np
 
 from ops.xp import module_for, to_numpy
 from tape import transaction
-from tape.errors import GraphError, InputError
+from tape.constants import is_constant
+from tape.errors import GraphError, InputError, user_location
 from tape.ir import Block, OpDesc, Program, VarDesc, canonical_form
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
@@ -39,16 +42,26 @@ from tape.variable import Variable
 
 class Executor:
     """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads;
-    ``exact=True``: without the rewrites that reorder floating-point sums (see ``tape.lazy``)."""
+    ``exact=True``: without the rewrites that reorder floating-point sums (see ``tape.lazy``).
 
-    def __init__(self, place="cpu", threads=0, cache=None, exact=False):
-        self.place, self.xp, self.threads = place, module_for(place), int(threads)
+    A program parsed from text (``Program.from_text``, ``load_inference_program``) never acts
+    on its own: its side-effecting ops (``save``) run only with ``write_dir`` given, and then
+    only write paths relative to, and inside, that directory.
+    """
+
+    def __init__(self, place="cpu", threads=0, cache=None, exact=False, write_dir=None):
+        self.place, self.xp = _place(place), module_for(_place(place))
+        self.threads = int(threads)
         self.cache, self.exact = CACHE if cache is None else cache, bool(exact)
+        self.write_dir = None if write_dir is None else os.path.realpath(os.fspath(write_dir))
 
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
-        OpDescs, indices or names) need; returns the fetched values in order."""
+        OpDescs, indices or names) need; returns the fetched values in order. Nothing is
+        committed (scope, bound Variables) unless the whole run succeeds."""
         feed = dict(feed or {})
+        if program.loaded:
+            program = confined(program, self.write_dir)
         compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
         slot_of = {name: i for i, name in enumerate(order)}
         vals = [None] * compiled.slots
@@ -107,7 +120,7 @@ class Executor:
                     f"no value was fed for '{name[5:]}'",
                     hint="the program reads it: pass it in feed={...}",
                 )
-            value = self.xp.asarray(feed[name[5:]], dtype=desc.dtype)
+            value = self.xp.asarray(_fed(name[5:], feed[name[5:]], desc.dtype), dtype=desc.dtype)
             if tuple(value.shape) != tuple(desc.shape):
                 raise InputError(
                     "feed",
@@ -120,12 +133,30 @@ class Executor:
             return scope[name]
         bound = program.bindings.get(name)
         if bound is not None:
-            return bound.value()
+            if not (bound.persistable or bound.requires_grad or is_constant(bound)):
+                raise InputError(
+                    "feed",
+                    f"no value was fed for '{name}'",
+                    hint="it is an input of the program: pass it in feed={...} (its value "
+                    "when recorded is not used; mark state persistable to read it instead)",
+                )
+            return bound._array()
         raise GraphError(
             None,
             f"variable '{name}' has no value",
             hint="feed it, or pass a scope holding it (a parameter)",
         )
+
+    def _persisted(self, name, program, scope):
+        """The value an inference program stores for ``name`` (from ``scope`` or its binding)."""
+        if scope is not None and name in scope:
+            return scope[name]
+        bound = program.bindings.get(name)
+        if bound is None:
+            raise GraphError(
+                None, f"variable '{name}' has no value", hint="pass a scope holding it"
+            )
+        return bound._array()
 
     def _write_back(self, compiled, full, order, vals, program, scope):
         """Commits the new values of persistable variables and of variables an op updated in
@@ -144,6 +175,72 @@ class Executor:
                 bound = program.bindings.get(name)
                 if bound is not None:
                     bound._value, bound._pending = value, None
+
+
+def _place(place):
+    if place not in ("cpu", "gpu"):
+        raise InputError(
+            None,
+            "Executor: unknown place",
+            expected="'cpu' or 'gpu'",
+            actual=repr(place),
+            location=user_location(),
+        )
+    return place
+
+
+def _fed(name, value, dtype):
+    """A fed value as an array that converts to ``dtype`` without losing its kind (no complex
+    to real, no float to integer, no None or object to NaN)."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc" or not np.can_cast(array.dtype, dtype, "same_kind"):
+        raise InputError(
+            "feed",
+            f"the value fed for '{name}' cannot become the program's {np.dtype(dtype)}",
+            expected=f"numbers that convert to {np.dtype(dtype)} without losing their kind",
+            actual=f"{type(value).__name__} of dtype {array.dtype}",
+        )
+    return array
+
+
+def confined(program, write_dir):
+    """``program`` with each side-effecting op's path resolved inside ``write_dir``; raises if a
+    loaded program would write without one, or outside it."""
+    from ops.registry import REGISTRY
+
+    block = program.global_block()
+    effects = [op for op in block.ops if REGISTRY[op.type].side_effect and "path" in op.attrs]
+    if not effects:
+        return program
+    if write_dir is None:
+        raise GraphError(
+            effects[0].type,
+            "a program loaded from a file wants to write files",
+            actual=f"op '{effects[0].name}' writes {effects[0].attrs['path']!r}",
+            hint="loaded programs never act on their own: run them with "
+            "Executor(write_dir=...) to let them write inside that directory",
+        )
+    ops = []
+    for op in block.ops:
+        if op in effects:
+            op = dataclasses.replace(
+                op, attrs={**op.attrs, "path": _inside(write_dir, op.attrs["path"], op)}
+            )
+        ops.append(op)
+    blocks = [Block(block.vars, ops, block.idx)] + program.blocks[1:]
+    return Program(blocks, program.bindings, loaded=True)
+
+
+def _inside(root, path, op):
+    target = os.path.realpath(os.path.join(root, path))
+    if os.path.isabs(path) or os.path.commonpath([root, target]) != root or target == root:
+        raise GraphError(
+            op.type,
+            "a loaded program's op would write outside the directory it may write in",
+            expected=f"a relative path inside {root}",
+            actual=repr(path),
+        )
+    return target
 
 
 def updated_in_place(block):
@@ -235,7 +332,13 @@ def with_feed_fetch(program, feed_names, fetch_names, op_targets=()) -> Program:
 def save_inference_program(dirname, program, feed_names, fetch_list, scope=None):
     """Writes ``program`` pruned to ``fetch_list`` (with its feed and fetch ops) to
     ``dirname/program.json`` and the values it reads besides the feeds to ``dirname/params.npz``.
+
+    Each file is written atomically (a crash leaves the previous one intact), parameters first;
+    the parameters record the program's SHA-256, so a program is never loaded with parameters
+    that were not saved with it.
     """
+    from tape.atomic import write_atomic
+    from tape.checkpoint import _write_atomic
     from tape.passes.prune import prune
 
     fetch_names = _fetch_names(program, fetch_list)
@@ -255,27 +358,78 @@ def save_inference_program(dirname, program, feed_names, fetch_list, scope=None)
     ]
     executor = Executor()
     params = {
-        n: to_numpy(executor._value(n, full, program, {}, scope)) for n in dict.fromkeys(needed)
+        n: np.ascontiguousarray(to_numpy(executor._persisted(n, program, scope)))
+        for n in dict.fromkeys(needed)
     }
     os.makedirs(dirname, exist_ok=True)
-    with open(os.path.join(dirname, "program.json"), "w") as handle:
-        handle.write(pruned.to_text())
+    text = pruned.to_text().encode("utf-8")
     arrays = {str(i): value for i, value in enumerate(params.values())}
-    with open(os.path.join(dirname, "params.npz"), "wb") as handle:
-        np.savez(handle, names=np.array(list(params), dtype=str), **arrays)
+    arrays["names"] = np.array(list(params), dtype=str)
+    arrays["program_sha256"] = np.array(hashlib.sha256(text).hexdigest())
+    _write_atomic(os.path.join(dirname, "params.npz"), arrays)
+    write_atomic(os.path.join(dirname, "program.json"), lambda file: file.write(text))
 
 
 def load_inference_program(dirname):
     """(program, feed names, fetch names, scope) from ``save_inference_program``'s files; run it
-    with ``Executor().run(program, feed, fetch_names, scope=scope)``."""
-    with open(os.path.join(dirname, "program.json")) as handle:
-        program = Program.from_text(handle.read())
-    with np.load(os.path.join(dirname, "params.npz"), allow_pickle=False) as data:
-        scope = {str(name): data[str(i)] for i, name in enumerate(data["names"])}
+    with ``Executor().run(program, feed, fetch_names, scope=scope)``.
+
+    Both files are validated completely (the program against the op registry, every parameter
+    against the shape and dtype the program declares, and against the checksum the program
+    recorded) before anything is returned; a loaded program writes no file unless the Executor
+    running it allows it (``Executor(write_dir=...)``).
+    """
+    from tape.checkpoint import CheckpointError, _corrupted
+    from tape.ir_text import ProgramFormatError
+
+    program_path = os.path.join(dirname, "program.json")
+    params_path = os.path.join(dirname, "params.npz")
+    try:
+        with open(program_path, "rb") as handle:
+            text = handle.read(_PROGRAM_LIMIT + 1)
+        program = Program.from_text(text.decode("utf-8"))
+    except (UnicodeDecodeError, RecursionError) as err:
+        raise ProgramFormatError(
+            None, f"'{program_path}' is not an inference program", actual=repr(err)
+        ) from None
+    try:
+        with np.load(params_path, allow_pickle=False) as data:
+            names = [str(name) for name in data["names"]]
+            recorded = str(data["program_sha256"])
+            scope = {name: data[str(i)] for i, name in enumerate(names)}
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise _corrupted(params_path, err) from err
+    if hashlib.sha256(text).hexdigest() != recorded:
+        raise CheckpointError(
+            None,
+            f"'{params_path}' was not saved with '{program_path}'",
+            hint="the two files come from different saves (or one was damaged)",
+        )
+    _check_scope(program, scope, params_path)
     ops = program.global_block().ops
     feeds = [op.outputs["Out"][0] for op in ops if op.type == "feed"]
     fetches = [op.inputs["X"][0] for op in ops if op.type == "fetch"]
     return program, feeds, fetches, scope
+
+
+_PROGRAM_LIMIT = 256 << 20  # bytes of program text an inference program may hold
+
+
+def _check_scope(program, scope, path):
+    from tape.checkpoint import CheckpointError
+
+    declared = program.global_block().vars
+    for name, value in scope.items():
+        desc = declared.get(name)
+        if desc is None or tuple(value.shape) != tuple(desc.shape) or value.dtype != desc.dtype:
+            raise CheckpointError(
+                None,
+                f"parameter '{name}' in '{path}' does not match the program",
+                expected="a variable the program declares"
+                if desc is None
+                else f"shape {tuple(desc.shape)}, dtype {desc.dtype}",
+                actual=f"shape {tuple(value.shape)}, dtype {value.dtype}",
+            )
 
 
 __all__ = ["Executor", "with_feed_fetch", "save_inference_program", "load_inference_program"]

@@ -124,6 +124,8 @@ class Program:
 
     blocks: list = dataclasses.field(default_factory=lambda: [Block()])
     bindings: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # Parsed from text (a file): its side-effecting ops run only where the Executor allows.
+    loaded: bool = dataclasses.field(default=False, compare=False, repr=False)
 
     def global_block(self) -> Block:
         return self.blocks[0]

@@ -82,7 +82,7 @@ def from_text(text) -> Program:
             actual=repr(doc.get("version")),
         )
     blocks = [_block(b) for b in _field(doc, "blocks", list, "the program")]
-    program = Program(blocks)
+    program = Program(blocks, loaded=True)
     validate(program)
     return program
 

@@ -8,7 +8,7 @@ import optim
 import tape
 from tape.ir import Program
 from tape.passes.prune import prune
-from tests.scheduler.programs import recorded_step, seed_training
+from tests.scheduler.programs import recorded_step, seed_feed, seed_training
 
 
 def _names(pruned):
@@ -97,7 +97,7 @@ def test_case_1_target_cost_runs_only_the_forward_ops(step):
     program, loss, layer, path = step
     assert _kinds(program, fetch_list=[loss]) == FORWARD + ["fetch"]
     before = layer.weight.numpy().copy()
-    (cost,) = tape.Executor().run(program, fetch_list=[loss])
+    (cost,) = tape.Executor().run(program, feed=seed_feed(), fetch_list=[loss])
     assert np.isfinite(cost) and cost.shape == ()
     np.testing.assert_array_equal(layer.weight.numpy(), before)
     assert not path.exists()
@@ -111,7 +111,7 @@ def test_case_2_targets_cost_and_updates_run_forward_backward_and_update(step):
     assert kinds.count("sgd") == 2 and "save" not in kinds
     assert {"fill_ones_like", "matmul", "sum_to_shape"} <= set(kinds)
     before = layer.weight.numpy().copy()
-    (cost,) = tape.Executor().run(program, fetch_list=[loss] + updates)
+    (cost,) = tape.Executor().run(program, feed=seed_feed(), fetch_list=[loss] + updates)
     assert not np.array_equal(layer.weight.numpy(), before)
     assert not path.exists()
 
@@ -135,7 +135,7 @@ def test_a_checkpoint_after_the_updates_needs_the_whole_step(tmp_path):
     kinds = _kinds(program, targets=[checkpoint])
     assert kinds[: len(FORWARD)] == FORWARD and kinds[-3:] == ["sgd", "sgd", "save"]
     before = layer.weight.numpy().copy()
-    tape.Executor().run(program, targets=[checkpoint])
+    tape.Executor().run(program, feed=seed_feed(), targets=[checkpoint])
     with np.load(tmp_path / "ckpt.npz", allow_pickle=False) as saved:
         np.testing.assert_array_equal(saved["w"], layer.weight.numpy())
         assert not np.array_equal(saved["w"], before)
