@@ -118,7 +118,9 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
         pending = {id(loss): [loss, _seed_grad(loss, seed)]}
         for index in range(len(ops) - 1, -1, -1):
             op = ops[index]
-            if op is None:
+            if op is None or (op.defn.inplace and op.defn.grad_maker is None):
+                # (an update, e.g. an optimizer's: its outputs are its inputs given new values;
+                # a gradient reaching them flows on to the Variables themselves)
                 continue
             results = op.results
             if len(results) == 1 and results[0].__class__ is Variable:

@@ -20,34 +20,44 @@ first runs them, as eager mode would already have.
 
 from __future__ import annotations
 
+import threading
 import weakref
 
 from tape.errors import MutationError, user_location
 
-# Every tape (weakly: a dropped tape needs no guarding).
+# Every tape (weakly: a dropped tape needs no guarding). Threads record on their own tapes but
+# one thread's write is noted on all of them: the set and the tapes' write records are changed
+# under LOCK.
 LIVE_TAPES = weakref.WeakSet()
+LOCK = threading.Lock()
+
+
+def register(tape):
+    with LOCK:
+        LIVE_TAPES.add(tape)
 
 
 def note_writes(variables, how, location=None):
     """Records on each live tape that ``variables`` were just given new values by ``how``
     ('set_value', 'an optimizer update', ...): ops recorded so far must not use them."""
-    where = None
-    for tape in list(LIVE_TAPES):
-        recorded = len(tape._ops)
-        if not recorded:
-            continue
-        if where is None:
-            where = location or user_location()
-        written = tape._written
-        for var in variables:
-            # The latest write decides; the entry holds the Variable, so its id stays unique.
-            written[id(var)] = (recorded, var, how, where)
+    where = location or user_location()
+    with LOCK:
+        for tape in list(LIVE_TAPES):
+            recorded = len(tape._ops)
+            if not recorded:
+                continue
+            written = tape._written
+            for var in variables:
+                # The latest write decides; the entry holds the Variable, so its id stays unique.
+                written[id(var)] = (recorded, var, how, where)
 
 
 def pending_readers(var):
     """The outputs of pending lazy ops that read ``var`` (they must run before it changes)."""
     outputs = []
-    for tape in list(LIVE_TAPES):
+    with LOCK:
+        tapes = list(LIVE_TAPES)
+    for tape in tapes:
         for op in tape._pending_ops:
             if any(v is var for v in op.input_vars()):
                 outputs.extend(v for v in op.output_vars() if v is not var)
@@ -86,4 +96,4 @@ def _saved(op):
             yield slot, var
 
 
-__all__ = ["LIVE_TAPES", "note_writes", "pending_readers", "check"]
+__all__ = ["LIVE_TAPES", "LOCK", "register", "note_writes", "pending_readers", "check"]

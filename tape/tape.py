@@ -17,7 +17,6 @@ from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
 from tape import guard, transaction
 from tape.errors import ExecutionError, FluidError, user_location
-from tape.guard import LIVE_TAPES
 from tape.op_handle import OpHandle, slot_entries
 from tape.variable import Variable
 
@@ -44,9 +43,10 @@ class Tape:
         self._written = {}  # id(var) -> (ops recorded then, var, how, where): see tape.guard
         self._undo = []  # (op, callback) run when a lazy run that was to run op fails
         self._run_lock = threading.RLock()
+        self._compact_at = None  # the length at which maybe_compact() next compacts
         self.lazy = lazy
         self.record_all = record_all or lazy
-        LIVE_TAPES.add(self)
+        guard.register(self)
 
     @property
     def ops(self):
@@ -109,6 +109,15 @@ class Tape:
     def reset(self):
         self._ops, self._structure, self._written = [], None, {}
 
+    def maybe_compact(self):
+        """``compact()`` once the tape has doubled since it was last compacted (amortised: a
+        tape whose ops all stay is not scanned after every run)."""
+        if self._compact_at is None:  # the first run: a tape reset every step never compacts
+            self._compact_at = 2 * len(self._ops) + 64
+        elif len(self._ops) >= self._compact_at:
+            self.compact()
+            self._compact_at = 2 * len(self._ops) + 64
+
     def compact(self, keep=None):
         """Removes dropped ops (and, for a lazy tape, the ops that ran and that no backward can
         reach any more) and numbers the rest afresh. ``keep(op)`` overrides the rule."""
@@ -126,12 +135,13 @@ class Tape:
         for index, op in enumerate(kept):
             op.index = index
         self._ops, self._structure = kept, None
-        if self._written:  # an entry counts the ops recorded before a write
-            self._written = {
-                key: (bisect.bisect_left(old, count),) + entry[1:]
-                for key, entry in self._written.items()
-                for count in (entry[0],)
-            }
+        with guard.LOCK:  # (another thread may be noting a write on this tape)
+            if self._written:  # an entry counts the ops recorded before a write
+                self._written = {
+                    key: (bisect.bisect_left(old, count),) + entry[1:]
+                    for key, entry in self._written.items()
+                    for count in (entry[0],)
+                }
 
     def __repr__(self):
         mode = "lazy" if self.lazy else "eager"
