@@ -15,6 +15,7 @@ from ops.blas import blas_threads, get_num_threads, set_num_threads
 from ops.xp import device, gpu_available
 from tape import backward as _backward
 from tape.checkpoint import load, save
+from tape.dlpack import from_dlpack
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
     AxisError,
@@ -95,4 +96,5 @@ __all__ = [
     "Executor",
     "save_inference_program",
     "load_inference_program",
+    "from_dlpack",
 ]
