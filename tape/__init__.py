@@ -32,6 +32,7 @@ from tape.executor import Executor, load_inference_program, save_inference_progr
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
 from tape.lazy import explain, lazy
+from tape.onnx_export import ExportError, export_onnx
 from tape.op_handle import OpHandle
 from tape.random_state import seed
 from tape.tape import Tape, get_global_tape, reset_global_tape
@@ -97,4 +98,6 @@ __all__ = [
     "save_inference_program",
     "load_inference_program",
     "from_dlpack",
+    "export_onnx",
+    "ExportError",
 ]
