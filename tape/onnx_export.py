@@ -80,7 +80,8 @@ def export_onnx(
     from tape import onnx_ops
 
     onnx_ops.check_exportable(ops)
-    graph = Graph(block, in_names, dynamic_batch)
+    needed = set(out_names).union(*(op.input_names() for op in ops))
+    graph = Graph(block, in_names, dynamic_batch, needed)
     for op in ops:
         graph.emit(op, onnx_ops.mapping(op.type))
     model = graph.model(onnx, program, out_names, opset)
@@ -136,8 +137,9 @@ class Graph:
     """The ONNX graph being built: nodes, initializers, and the op being emitted (the context
     the mapping functions of ``tape.onnx_ops`` work in)."""
 
-    def __init__(self, block, in_names, dynamic_batch):
+    def __init__(self, block, in_names, dynamic_batch, needed=None):
         self.block, self.in_names = block, list(in_names)
+        self.needed = needed
         self.nodes, self.constants, self.produced = [], {}, set(self.in_names)
         self.batch = None
         self.batched = set()
@@ -164,7 +166,9 @@ class Graph:
         return list(self.op.outputs.get(slot, []))
 
     def needs(self, slot):
-        return bool(self.op.outputs.get(slot))
+        """Whether output ``slot`` is read by a later op or is a graph output."""
+        names = self.op.outputs.get(slot) or []
+        return any(self.needed is None or name in self.needed for name in names)
 
     def desc(self, name):
         return self.block.vars[name]
@@ -213,13 +217,12 @@ class Graph:
         return self.node("Cast", [name], to=_tensor_type(dtype))
 
     def target_shape(self, shape, source):
-        """A Reshape/Expand shape for ``shape``, with the batch size replaced by 0 (copy from
-        the batched ``source``) or -1 (batch folded into the leading axis) under dynamic batch."""
+        """A Reshape shape for ``shape``; under dynamic batch, with a leading extent that
+        carries the batch of ``source`` (the batch itself, or folded with other axes) as -1."""
         shape = [int(d) for d in shape]
-        if self.batch is not None and self.is_batched(source) and shape:
-            if shape[0] == self.batch:
-                shape[0] = 0
-            elif shape[0] % max(self.batch, 1) == 0 and -1 not in shape:
+        batch = self.batch
+        if batch and self.is_batched(source) and shape and shape[0] % batch == 0:
+            if 0 not in shape[1:]:
                 shape[0] = -1
         return self.const(np.array(shape, np.int64))
 
@@ -233,7 +236,7 @@ class Graph:
         mapping(self)
         for slot, names in op.outputs.items():
             for name in names:
-                if name not in self.produced:
+                if name not in self.produced and (self.needed is None or name in self.needed):
                     self.node("Identity", [self._unproduced(slot, name)], name)
         if self.batch is not None and any(self.is_batched(n) for n in op.input_names()):
             for name in op.output_names():

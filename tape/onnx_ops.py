@@ -42,6 +42,34 @@ def mapping(op_type):
     return ONNX_OPS[op_type]
 
 
+# Ops whose ONNX form makes only some outputs (the others are state for their gradient or
+# running statistics): the exporter raises if another one is asked for.
+EXPORTED_OUTPUTS = {"batch_norm": ("Y",), "layer_norm": ("Y",)}
+# Ops exported except for some attribute values, which raise ExportError naming the op.
+LIMITS = {
+    "dropout": "training mode (random)",
+    "scatter_reduce": "reduce='mean' or include_self=False",
+    "pad": "mode 'circular'",
+    "conv1d": "negative padding",
+    "conv2d": "negative padding",
+    "conv3d": "negative padding",
+    "conv_transpose1d": "output_padding >= stride (onnxruntime refuses it)",
+    "conv_transpose2d": "output_padding >= stride (onnxruntime refuses it)",
+    "conv_transpose3d": "output_padding >= stride (onnxruntime refuses it)",
+    "einsum": "an output label repeated, or an ellipsis summed away (onnxruntime refuses them)",
+    "sort": "0-d input",
+    "argsort": "0-d input",
+    "topk": "0-d input",
+    "kthvalue": "0-d input",
+    "median": "0-d input",
+    **{
+        f"adaptive_{kind}_pool{nd}d": "output sizes that do not divide the input's"
+        for kind in ("avg", "max")
+        for nd in (1, 2, 3)
+    },
+}
+
+
 def check_exportable(ops):
     """Raises ExportError naming every op (type, name, line) without an ONNX form."""
     _load()
@@ -84,12 +112,10 @@ _UNARY = {
     "asinh": "Asinh",
     "atan": "Atan",
     "atanh": "Atanh",
-    "ceil": "Ceil",
     "cos": "Cos",
     "cosh": "Cosh",
     "erf": "Erf",
     "exp": "Exp",
-    "floor": "Floor",
     "log": "Log",
     "neg": "Neg",
     "reciprocal": "Reciprocal",
@@ -104,7 +130,6 @@ _UNARY = {
     "softsign": "Softsign",
     "mish": "Mish",
     "hardswish": "HardSwish",
-    "bitwise_not": "BitwiseNot",
 }
 
 
@@ -114,6 +139,20 @@ def _unary(onnx_type):
 
 for _type, _onnx_type in _UNARY.items():
     onnx(_type)(_unary(_onnx_type))
+
+
+def _rounding(onnx_type):
+    def emit(g):
+        if g.dtype(g.op.inputs["X"][0]).kind != "f":  # integers are whole already
+            g.node("Identity", [g.x("X")], g.y())
+            return
+        g.node(onnx_type, [g.x("X")], g.y())
+
+    return emit
+
+
+onnx("floor")(_rounding("Floor"))
+onnx("ceil")(_rounding("Ceil"))
 
 _UNARY_ATTRS = {
     "leaky_relu": ("LeakyRelu", {"alpha": "alpha"}),
@@ -223,6 +262,11 @@ def _bitwise(onnx_type, logical):
     return emit
 
 
+@onnx("bitwise_not")
+def _(g):
+    g.node("Not" if g.dtype(g.y()) == np.bool_ else "BitwiseNot", [g.x("X")], g.y())
+
+
 onnx("bitwise_and")(_bitwise("BitwiseAnd", "And"))
 onnx("bitwise_or")(_bitwise("BitwiseOr", "Or"))
 onnx("bitwise_xor")(_bitwise("BitwiseXor", "Xor"))
@@ -253,13 +297,26 @@ def _(g):
 
 
 @onnx("expm1")
-def _(g):
-    g.node("Sub", [g.node("Exp", [g.x("X")]), scalar(g, 1.0, g.y())], g.y())
+def _(g):  # Kahan: u = exp(x); x where u == 1, else (u - 1) * x / log(u), exact to rounding
+    x, one = g.x("X"), scalar(g, 1.0, g.y())
+    u = g.node("Exp", [x])
+    less = g.node("Sub", [u, one])
+    ratio = g.node("Div", [g.node("Mul", [less, x]), g.node("Log", [u])])
+    # where exp overflows or underflows to -1, u - 1 itself is exact
+    plain = g.node("Or", [g.node("IsInf", [u]), g.node("Equal", [less, scalar(g, -1.0, g.y())])])
+    value = g.node("Where", [plain, less, ratio])
+    g.node("Where", [g.node("Equal", [u, one]), x, value], g.y())
 
 
 @onnx("log1p")
-def _(g):
-    g.node("Log", [g.node("Add", [g.x("X"), scalar(g, 1.0, g.y())])], g.y())
+def _(g):  # Kahan: u = 1 + x; x where u == 1, else log(u) * x / (u - 1)
+    x, one = g.x("X"), scalar(g, 1.0, g.y())
+    u = g.node("Add", [x, one])
+    log = g.node("Log", [u])
+    ratio = g.node("Div", [g.node("Mul", [log, x]), g.node("Sub", [u, one])])
+    plain = g.node("Or", [g.node("IsInf", [u]), g.node("Equal", [u, scalar(g, 0.0, g.y())])])
+    value = g.node("Where", [plain, log, ratio])
+    g.node("Where", [g.node("Equal", [u, one]), x, value], g.y())
 
 
 for _type, _base in {"log2": 2.0, "log10": 10.0}.items():
@@ -287,6 +344,9 @@ def _trunc(g, x, out=1):
 
 @onnx("trunc")
 def _(g):
+    if g.dtype(g.op.inputs["X"][0]).kind != "f":
+        g.node("Identity", [g.x("X")], g.y())
+        return
     _trunc(g, g.x("X"), g.y())
 
 
@@ -298,6 +358,9 @@ def _(g):
 @onnx("round")
 def _(g):
     decimals, x = g.attrs["decimals"], g.x("X")
+    if g.dtype(g.op.inputs["X"][0]).kind != "f":
+        g.node("Identity", [x], g.y())
+        return
     if decimals == 0:
         g.node("Round", [x], g.y())
         return
@@ -402,8 +465,10 @@ def _(g):  # atan(X / Y), moved by pi into the quadrant where Y < 0
 
 @onnx("copysign")
 def _(g):
-    magnitude = g.node("Abs", [out_input(g, "X")])
-    negative = g.node("Less", [out_input(g, "Y"), scalar(g, 0.0, g.y())])
+    magnitude, y = g.node("Abs", [out_input(g, "X")]), out_input(g, "Y")
+    zero = scalar(g, 0.0, g.y())
+    inverse = g.node("Div", [scalar(g, 1.0, g.y()), y])  # -inf for -0.0
+    negative = g.node("Or", [g.node("Less", [y, zero]), g.node("Less", [inverse, zero])])
     g.node("Where", [negative, g.node("Neg", [magnitude]), magnitude], g.y())
 
 
@@ -482,6 +547,9 @@ def _(g):
 @onnx("nan_to_num")
 def _(g):
     x, out = g.x("X"), g.y()
+    if g.dtype(out).kind != "f":
+        g.node("Identity", [x], out)
+        return
     info = np.finfo(g.dtype(out))
     values = [g.attrs[k] for k in ("nan", "posinf", "neginf")]
     nan, posinf, neginf = (
@@ -530,6 +598,13 @@ def _transposed(g, slot, flag):
 
 @onnx("matmul")
 def _(g):
+    if len(g.shape(g.op.inputs["Y"][0])) == 1 and len(g.shape(g.op.inputs["X"][0])) >= 2:
+        # X^T y as y X: onnxruntime 1.32 fuses Transpose into MatMul wrongly when the second
+        # operand is 1-D (checked here against its unoptimised run)
+        x = out_input(g, "X")
+        if g.attrs["transpose_x"]:
+            g.node("MatMul", [out_input(g, "Y"), x], g.y())
+            return
     x, y = _transposed(g, "X", "transpose_x"), _transposed(g, "Y", "transpose_y")
     g.node("MatMul", [x, y], g.y())
 
@@ -550,14 +625,27 @@ def _(g):  # X flattened to 2-D at x_num_col_dims, Y at y_num_col_dims, multipli
 # ---- reductions -------------------------------------------------------------------------------
 
 
-def axes_input(g, axis):
-    return None if axis is None else g.const(list(axis))
+def axes_input(g, axis, slot="X"):
+    """The reduction axes as an initializer (None: all axes); ``()`` stays empty."""
+    if axis is None:
+        return None
+    rank = max(len(g.shape(g.op.inputs[slot][0])), 1)
+    return g.const([a % rank for a in axis])
+
+
+def reduces_nothing(g, slot="X"):
+    """A reduction over no axes (``axis=()``) or of a 0-d input: the input itself."""
+    return g.attrs.get("axis") == () or not g.shape(g.op.inputs[slot][0])
 
 
 def _reduce(onnx_type):
     def emit(g):
+        x = out_input(g, "X")
+        if reduces_nothing(g):
+            g.node("Identity", [x], g.y())
+            return
         axes = axes_input(g, g.attrs["axis"])
-        g.node(onnx_type, [g.x("X"), axes], g.y(), keepdims=int(g.attrs["keepdim"]))
+        g.node(onnx_type, [x, axes], g.y(), keepdims=int(g.attrs["keepdim"]))
 
     return emit
 
@@ -587,29 +675,32 @@ def _(g):
     g.node("Sum" if len(inputs) > 1 else "Identity", inputs, g.y())
 
 
-def _truth(onnx_type):
-    def emit(g):
-        ints = g.node("Cast", [_as_bool(g, "X")], to=_type_code(np.int32))
-        axes = axes_input(g, g.attrs["axis"])
-        value = g.node(onnx_type, [ints, axes], keepdims=int(g.attrs["keepdim"]))
-        g.node("Cast", [value], g.y(), to=_type_code(np.bool_))
-
-    return emit
-
-
-onnx("all")(_truth("ReduceMin"))
-onnx("any")(_truth("ReduceMax"))
+@onnx("all", "any")
+def _(g):  # any: a count of true entries > 0; all: a count of false entries == 0 (empty too)
+    truth = _as_bool(g, "X")
+    if reduces_nothing(g):
+        g.node("Identity", [truth], g.y())
+        return
+    counted = truth if g.op.type == "any" else g.node("Not", [truth])
+    ints = g.node("Cast", [counted], to=_type_code(np.int64))
+    axes = axes_input(g, g.attrs["axis"])
+    count = g.node("ReduceSum", [ints, axes], keepdims=int(g.attrs["keepdim"]))
+    test = "Greater" if g.op.type == "any" else "Equal"
+    g.node(test, [count, g.const(np.array(0, np.int64))], g.y())
 
 
 def _arg(onnx_type):
     def emit(g):
         x, axis, keep = g.x("X"), g.attrs["axis"], int(g.attrs["keepdim"])
+        if not g.shape(g.op.inputs["X"][0]):
+            g.node("Reshape", [g.const(np.zeros((), np.int64)), g.const([])], g.y())
+            return
         if axis is None:
             flat = g.node("Reshape", [x, g.const([-1])])
             index = g.node(onnx_type, [flat], axis=0, keepdims=0)
             g.node("Reshape", [index, g.const(list(g.shape(g.y())))], g.y())
             return
-        g.node(onnx_type, [x], g.y(), axis=int(axis[0]), keepdims=keep)
+        g.node(onnx_type, [x], g.y(), axis=int(axis), keepdims=keep)
 
     return emit
 
@@ -626,11 +717,8 @@ def _moments(g, slot="X"):
     deviation = g.node("Sub", [x, mean])
     squares = g.node("ReduceSum", [g.node("Mul", [deviation, deviation]), axes], keepdims=keep)
     dtype = g.dtype(g.op.inputs[slot][0])
-    count = g.node(
-        "Div",
-        [g.node("Size", [x]), g.node("Size", [mean])],
-    )
-    count = g.cast(count, dtype, np.int64)
+    sizes = [g.cast(g.node("Size", [v]), dtype, np.int64) for v in (x, mean)]
+    count = g.node("Div", sizes)
     denominator = g.node(
         "Max",
         [g.node("Sub", [count, scalar(g, g.attrs["correction"], g.op.inputs[slot][0])])]
@@ -675,7 +763,12 @@ def _(g):
 @onnx("norm")
 def _(g):
     x, keep = g.x("X"), int(g.attrs["keepdim"])
-    axes = axes_input(g, g.attrs["axis"])
+    if not g.shape(g.op.inputs["X"][0]):
+        x = g.node("Reshape", [x, g.const([1])])
+        keep = 0
+    axes = None if g.attrs["axis"] is None or keep == 0 and x != g.x("X") else None
+    if g.attrs["axis"] is not None and g.shape(g.op.inputs["X"][0]):
+        axes = axes_input(g, g.attrs["axis"])
     p = 2.0 if g.attrs["p"] == "fro" else float(g.attrs["p"])
     magnitude = g.node("Abs", [x])
     if p == 2.0:
@@ -695,15 +788,16 @@ def _(g):
 
 
 def _flat_axis(g):
-    """(input, axis) for ops whose ``axis=None`` means the flattened input."""
-    axis = g.attrs["axis"]
-    if axis is None:
-        return g.node("Reshape", [g.x("X"), g.const([-1])]), 0
-    return g.x("X"), int(axis)
+    """(input in the output's dtype, axis) for ops whose ``axis=None`` means the flattened
+    input (a 0-d input is one element)."""
+    axis, x = g.attrs["axis"], out_input(g, "X")
+    if axis is None or not g.shape(g.op.inputs["X"][0]):
+        return g.node("Reshape", [x, g.const([-1])]), 0
+    return x, int(axis) % len(g.shape(g.op.inputs["X"][0]))
 
 
 def _unflatten(g, value, out):
-    if g.attrs["axis"] is None:
+    if g.attrs["axis"] is None or not g.shape(out):
         return g.node("Reshape", [value, g.const(list(g.shape(out)))], out)
     return g.node("Identity", [value], out)
 
@@ -719,10 +813,15 @@ def _(g):
 @onnx("logcumsumexp")
 def _(g):  # log(cumsum(exp(X - max))) + max, with the max of the whole axis
     x, axis = _flat_axis(g)
+    dtype = g.dtype(g.y())
+    x = g.cast(x, np.float64, dtype)  # float32's exp underflows for a spread over ~88
     top = g.node("ReduceMax", [x, g.const([axis])], keepdims=1)
+    zero = g.const(np.array(0.0))
+    top = g.node("Where", [g.node("IsInf", [top]), zero, top])  # all -inf, or an inf
     exp = g.node("Exp", [g.node("Sub", [x, top])])
     total = g.node("CumSum", [exp, g.const(axis)], reverse=int(g.attrs["reverse"]))
-    _unflatten(g, g.node("Add", [g.node("Log", [total]), top]), g.y())
+    value = g.node("Add", [g.node("Log", [total]), top])
+    _unflatten(g, g.node("Cast", [value], to=_type_code(dtype)), g.y())
 
 
 # ---- creation ---------------------------------------------------------------------------------

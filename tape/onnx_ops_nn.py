@@ -9,10 +9,25 @@ import numpy as np
 from ops.registry import REGISTRY
 from tape.onnx_export import ExportError
 from tape.onnx_ops import GRADIENT_NOTE, NOT_EXPORTABLE, onnx, out_input, scalar
+from tape.onnx_ops import _type_code as _code
 
 
 def _window(g, paddings, strides=None, dilations=None):
-    attrs = {"pads": list(paddings) * 2}
+    """ONNX window attributes; ``paddings`` as fluidtape's: one per axis, or (start, end) per
+    axis interleaved (ONNX wants all starts, then all ends)."""
+    nd = len(strides) if strides is not None else len(paddings)
+    if len(paddings) == nd:
+        pads = list(paddings) * 2
+    else:
+        pads = list(paddings[0::2]) + list(paddings[1::2])
+    if any(p < 0 for p in pads):
+        raise ExportError(
+            g.op.type,
+            "negative padding (cropping) has no ONNX form",
+            actual=f"paddings={tuple(paddings)}",
+            name=g.op.name,
+        )
+    attrs = {"pads": pads}
     if strides is not None:
         attrs["strides"] = list(strides)
     if dilations is not None and any(d != 1 for d in dilations):
@@ -39,6 +54,13 @@ def _(g):
     a = g.attrs
     window = _window(g, a["paddings"], a["strides"], a["dilations"])
     window["dilations"] = list(a["dilations"])
+    if any(p >= s for p, s in zip(a["output_padding"], a["strides"])):
+        raise ExportError(
+            g.op.type,
+            "output_padding >= stride is refused by onnxruntime",
+            actual=f"output_padding={a['output_padding']}, strides={a['strides']}",
+            name=g.op.name,
+        )
     g.node(
         "ConvTranspose",
         [out_input(g, "Input"), out_input(g, "Filter")],
@@ -56,8 +78,15 @@ def _pool(g, out, indices=None):
     window = _window(g, a["paddings"], strides, a["dilations"])
     common = {"kernel_shape": ksize, "ceil_mode": int(a["ceil_mode"]), **window}
     if a.get("pooling_type", "max") == "max":
+        x, dtype = g.x("X"), g.dtype(g.op.inputs["X"][0])
+        if dtype.kind != "f":  # ONNX pools floats: exact for integers below 2**53
+            x = g.cast(x, np.float64, dtype)
+            pooled = g.temp()
+            outputs = [pooled] if indices is None else [pooled, indices]
+            g.node("MaxPool", [x], outputs, **common)
+            return g.node("Cast", [pooled], out, to=_code(dtype))
         outputs = [out] if indices is None else [out, indices]
-        return g.node("MaxPool", [g.x("X")], outputs, **common)
+        return g.node("MaxPool", [x], outputs, **common)
     if "dilations" in common:
         raise ExportError(
             g.op.type, "average pooling with dilation is not exported", name=g.op.name

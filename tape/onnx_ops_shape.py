@@ -6,21 +6,25 @@ import numpy as np
 
 from tape.onnx_export import ExportError
 from tape.onnx_ops import NOT_EXPORTABLE, onnx, out_input, scalar
+from tape.onnx_ops import _type_code as _code
 
 _BIG = np.iinfo(np.int64).max
 
 
 @onnx("reshape")
 def _(g):
-    g.node("Reshape", [g.x("X"), g.target_shape(g.shape(g.y()), g.op.inputs["X"][0])], g.y())
+    shape = g.shape(g.y())
+    target = g.target_shape(shape, g.op.inputs["X"][0])
+    g.node("Reshape", [g.x("X"), target], g.y(), allowzero=int(0 in shape))
 
 
 @onnx("transpose")
 def _(g):
     perm = g.attrs["perm"]
+    rank = len(g.shape(g.y()))
     if perm is None:
-        perm = tuple(reversed(range(len(g.shape(g.y())))))
-    g.node("Transpose", [g.x("X")], g.y(), perm=[int(p) for p in perm])
+        perm = tuple(reversed(range(rank)))
+    g.node("Transpose", [g.x("X")], g.y(), perm=[int(p) % rank for p in perm])
 
 
 @onnx("squeeze")
@@ -67,6 +71,9 @@ def _(g):
 @onnx("slice")
 def _(g):
     axes, starts, ends = g.attrs["axes"], g.attrs["starts"], g.attrs["ends"]
+    if not axes:
+        g.node("Identity", [g.x("X")], g.y())
+        return
     steps = g.attrs["strides"] or (1,) * len(axes)
     sliced = g.node(
         "Slice",
@@ -85,6 +92,9 @@ def _(g):
     rank = len(g.shape(g.y()))
     axes = list(range(rank)) if g.attrs["axis"] is None else [a % rank for a in g.attrs["axis"]]
     n = len(axes)
+    if not n:
+        g.node("Identity", [g.x("X")], g.y())
+        return
     g.node(
         "Slice",
         [g.x("X"), g.const([-1] * n), g.const([-_BIG] * n), g.const(axes), g.const([-1] * n)],
@@ -234,10 +244,11 @@ def _(g):
 
 
 @onnx("one_hot")
-def _(g):
-    dtype = g.dtype(g.y())
-    values = g.const(np.array([0, 1], dtype))
-    g.node("OneHot", [g.x("X"), g.const(int(g.attrs["depth"])), values], g.y(), axis=-1)
+def _(g):  # X[..., None] == arange(depth), in the output dtype
+    x = g.cast(g.x("X"), np.int64, g.dtype(g.op.inputs["X"][0]))
+    classes = g.const(np.arange(int(g.attrs["depth"]), dtype=np.int64))
+    hits = g.node("Equal", [g.node("Unsqueeze", [x, g.const([-1])]), classes])
+    g.node("Cast", [hits], g.y(), to=_code(g.dtype(g.y())))
 
 
 @onnx("masked_select")
@@ -270,6 +281,8 @@ def _topk(g, k, axis, largest):
 
 def _axis_and_size(g):
     shape = g.shape(g.op.inputs["X"][0])
+    if not shape:
+        raise ExportError(g.op.type, "sorting a 0-d array is not exported", name=g.op.name)
     axis = int(g.attrs["axis"]) % len(shape)
     return axis, shape[axis]
 
@@ -297,7 +310,7 @@ def _(g):
     g.node("Identity", [indices], g.y("Indices"))
 
 
-def _kth(g, x, k, axis, keep):
+def _kth(g, x, k, axis, keep, names=None):
     """The k-th smallest (k from 1) along ``axis`` and its index, the axis kept or not."""
     values, indices = g.node("TopK", [x, g.const([k])], 2, axis=axis, largest=0, sorted=1)
     picked = [
@@ -305,10 +318,11 @@ def _kth(g, x, k, axis, keep):
         for v in (values, indices)
     ]
     for value, slot in zip(picked, ("Out", "Indices")):
+        name = names[slot] if names else g.y(slot)
         if keep:
-            g.node("Identity", [value], g.y(slot))
+            g.node("Identity", [value], name)
         else:
-            g.node("Squeeze", [value, g.const([axis])], g.y(slot))
+            g.node("Squeeze", [value, g.const([axis])], name)
 
 
 @onnx("kthvalue")
@@ -321,17 +335,34 @@ def _(g):
 def _(g):
     x, axis, keep = g.x("X"), g.attrs["axis"], g.attrs["keepdim"]
     shape = g.shape(g.op.inputs["X"][0])
+    if not shape:
+        _axis_and_size(g)  # raises: 0-d
     if axis is None:
         size = int(np.prod(shape))
         x, axis, keep = g.node("Reshape", [x, g.const([-1])]), 0, False
     else:
         axis = int(axis[0] if isinstance(axis, tuple) else axis) % len(shape)
         size = shape[axis]
+    if g.attrs["axis"] is None and g.attrs["keepdim"]:
+        flat_out = {slot: g.temp() for slot in ("Out", "Indices")}
+        _kth(g, x, (size - 1) // 2 + 1, axis, False, flat_out)
+        for slot, name in flat_out.items():
+            g.node("Reshape", [name, g.const(list(g.shape(g.y(slot))))], g.y(slot))
+        return
     _kth(g, x, (size - 1) // 2 + 1, axis, keep)
 
 
 @onnx("einsum")
 def _(g):
+    equation = g.attrs["equation"].replace(" ", "")
+    inputs, _, output = equation.partition("->")
+    letters = [c for c in output if c.isalpha()]
+    if len(set(letters)) != len(letters) or (
+        "..." in inputs and "->" in equation and "..." not in output
+    ):
+        raise ExportError(
+            "einsum", "onnxruntime refuses this equation", actual=equation, name=g.op.name
+        )
     dtype = g.dtype(g.y())
     inputs = [g.cast(x, dtype, g.dtype(n)) for x, n in zip(g.xs("X"), g.op.inputs["X"])]
     g.node("Einsum", inputs, g.y(), equation=g.attrs["equation"].replace(" ", ""))
@@ -342,10 +373,12 @@ _SCATTER = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}
 
 def _scatter(g, reduction):
     index_shape = list(g.shape(g.op.inputs["Index"][0]))
-    src = g.node("Expand", [out_input(g, "Src"), g.const(index_shape)])
-    if g.shape(g.op.inputs["Src"][0]) and list(g.shape(g.op.inputs["Src"][0])) != index_shape:
-        zeros = [0] * len(index_shape)
-        src = g.node("Slice", [out_input(g, "Src"), g.const(zeros), g.const(index_shape)])
+    src_shape = list(g.shape(g.op.inputs["Src"][0]))
+    src = out_input(g, "Src")
+    if len(src_shape) == len(index_shape) and src_shape != index_shape:  # the leading part
+        src = g.node("Slice", [src, g.const([0] * len(index_shape)), g.const(index_shape)])
+    elif src_shape != index_shape:  # a scalar, broadcast
+        src = g.node("Expand", [src, g.const(index_shape)])
     rank = len(g.shape(g.y()))
     g.node(
         "ScatterElements",
