@@ -238,9 +238,10 @@ class Graph:
             for name in names:
                 if name not in self.produced and (self.needed is None or name in self.needed):
                     self.node("Identity", [self._unproduced(slot, name)], name)
-        if self.batch is not None and any(self.is_batched(n) for n in op.input_names()):
-            for name in op.output_names():
-                if self.shape(name)[:1] == (self.batch,):
+        batch = self.batch
+        if batch and any(self.is_batched(n) for n in op.input_names()):
+            for name in op.output_names():  # the batch, or the batch folded with other axes
+                if self.shape(name)[:1] and self.shape(name)[0] % batch == 0:
                     self.batched.add(name)
 
     def _unproduced(self, slot, name):
@@ -287,7 +288,7 @@ class Graph:
         desc = self.block.vars[name]
         shape = list(desc.shape)
         if self.is_batched(name):
-            shape[0] = "batch"
+            shape[0] = "batch" if shape[0] == self.batch else None
         return helper.make_tensor_value_info(name, _tensor_type(desc.dtype), shape)
 
 

@@ -180,6 +180,9 @@ def _(g):
     normalised = g.shape(x_name)[axis:]
     scale = g.x("Scale") or g.const(np.ones(normalised, g.dtype(x_name)))
     inputs = [g.x("X"), scale] + ([g.x("Bias")] if g.x("Bias") else [])
+    for k, slot in ((1, "Scale"), (2, "Bias")):  # Scale and Bias may come flattened
+        if g.x(slot) and g.shape(g.op.inputs[slot][0]) != tuple(normalised):
+            inputs[k] = g.node("Reshape", [inputs[k], g.const(list(normalised))])
     g.node("LayerNormalization", inputs, g.y("Y"), axis=axis, epsilon=float(a["epsilon"]))
 
 
