@@ -15,6 +15,7 @@ from ops.blas import blas_threads, get_num_threads, set_num_threads
 from ops.xp import device, gpu_available
 from tape import backward as _backward
 from tape.checkpoint import load, save
+from tape.dlpack import from_dlpack
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
     AxisError,
@@ -31,6 +32,7 @@ from tape.executor import Executor, load_inference_program, save_inference_progr
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
 from tape.lazy import explain, lazy
+from tape.onnx_export import ExportError, export_onnx
 from tape.op_handle import OpHandle
 from tape.random_state import seed
 from tape.tape import Tape, get_global_tape, reset_global_tape
@@ -95,4 +97,7 @@ __all__ = [
     "Executor",
     "save_inference_program",
     "load_inference_program",
+    "from_dlpack",
+    "export_onnx",
+    "ExportError",
 ]

@@ -114,6 +114,8 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
     ops = tape._ops
     leaves = {}
     written = tape._written  # Variables given new values since ops were recorded: tape.guard
+    if written:
+        guard.verify_shared(tape)  # buffers shared through DLPack written since they were sealed
     with _mode(tape, create_graph):
         pending = {id(loss): [loss, _seed_grad(loss, seed)]}
         for index in range(len(ops) - 1, -1, -1):

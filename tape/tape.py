@@ -17,6 +17,7 @@ from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
 from tape import guard, transaction
 from tape.errors import ExecutionError, FluidError, user_location
+from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
 from tape.variable import Variable
 
@@ -265,6 +266,8 @@ def record(tape, defn, args, attrs, given=None):
     """
     if state.trusted and defn.fast and given is None:
         return _run_trusted(defn, args, attrs)
+    if SHARED:  # a buffer another library may write (tape.dlpack): checksum what this op reads
+        guard.seal(tape, args)
     try:
         descs = defn.infer(attrs, *args)
     except FluidError as err:

@@ -178,6 +178,18 @@ class Variable:
         value = self._array()
         return Variable._make(value, value.shape, value.dtype, False)
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """The buffer as a DLPack capsule, without a copy: read-only to DLPack 1.0 consumers,
+        and checked for writes by the other library before backward (``tape.dlpack``)."""
+        from tape.dlpack import export
+
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        from tape.dlpack import device
+
+        return device(self)
+
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
         return array if dtype is None else array.astype(dtype, copy=False)
