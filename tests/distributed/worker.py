@@ -23,7 +23,7 @@ from ops import communicator  # noqa: E402
 from tape.passes import pserver  # noqa: E402
 from tape.passes.data_parallel import insert_allreduce  # noqa: E402
 
-GLOBAL_BATCH, SAMPLES = 8, 48
+GLOBAL_BATCH, SAMPLES = int(os.environ.get("DP_GLOBAL_BATCH", "8")), 48
 OPTIMIZERS = {
     "sgd": lambda: optim.SGD(lr=0.1),
     "momentum": lambda: optim.Momentum(lr=0.1, momentum=0.9),
@@ -125,13 +125,14 @@ def save_params(net, out):
 
 def main(argv):
     scenario, args = argv[0], argv[1:]
-    if scenario == "train":  # train OPTIMIZER MODE STEPS OUT
-        opt_name, mode, steps, out = args[0], args[1], int(args[2]), args[3]
-        if mode == "static":
-            net = train_static(opt_name, steps)
-        else:
-            net, _ = train_eager(opt_name, steps, lazy=mode == "lazy")
-        save_params(net, out)
+    if scenario == "train":  # train OPTIMIZER[,OPTIMIZER...] MODE STEPS OUT: OUT-OPTIMIZER.*
+        mode, steps, out = args[1], int(args[2]), args[3]
+        for opt_name in args[0].split(","):
+            if mode == "static":
+                net = train_static(opt_name, steps)
+            else:
+                net, _ = train_eager(opt_name, steps, lazy=mode == "lazy")
+            save_params(net, f"{out}-{opt_name}")
     elif scenario == "pserver":  # pserver STEPS OUT
         save_params(train_pserver(int(args[0])), args[1])
     elif scenario == "checkpoint":  # checkpoint STEPS PATH OUT: save after STEPS, go on STEPS
@@ -147,6 +148,14 @@ def main(argv):
         if world.rank == 1:
             raise ValueError("rank one failed on purpose")
         world.allreduce_sum(np, [np.ones(3)])
+    elif scenario == "unused":  # rank 1 leaves the second layer's bias out of its loss
+        world = communicator.world()
+        net = optim.DistributedDataParallel(model())
+        hidden = net.module[0](tape.Variable(np.ones((2, 5))))
+        out = net.module[1]
+        logits = hidden @ out.weight if world.rank == 1 else out(hidden)
+        net(tape.Variable(np.ones((2, 5))))  # attaches the reducer to this tape
+        tape.backward(logits.sum())
     elif scenario == "absent":  # rank 1 never arrives; rank 0 times out after TIMEOUT seconds
         world = communicator.world()
         communicator.set_timeout(float(args[0]))
