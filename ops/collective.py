@@ -116,7 +116,14 @@ def _infer_allgather(attrs, x):
     _numeric(x)
     if x.ndim == 0:
         raise ShapeError(None, "input X must have an axis to gather along", actual="a 0-d input")
-    size = attrs["nranks"] or communicator.get(attrs["ring_id"]).size
+    size = communicator.get(attrs["ring_id"]).size
+    if attrs["nranks"] not in (0, size):
+        raise communicator.DistributedError(
+            None,
+            "attribute 'nranks' differs from the ring's size",
+            expected=str(size),
+            actual=str(attrs["nranks"]),
+        )
     return (size * x.shape[0],) + tuple(x.shape[1:]), x.dtype
 
 
@@ -131,15 +138,7 @@ def _infer_allgather(attrs, x):
 def c_allgather(xp, attrs, x):
     """Out = concat(X of rank 0, X of rank 1, ...) along axis 0 (``nranks``: the group's size, 0
     meaning the ring's). dX = rows [rank * n, (rank + 1) * n) of c_allreduce_sum(dOut)."""
-    ring = communicator.get(attrs["ring_id"])
-    if attrs["nranks"] and attrs["nranks"] != ring.size:
-        raise communicator.DistributedError(
-            "c_allgather",
-            "attribute 'nranks' differs from the ring's size",
-            expected=str(ring.size),
-            actual=str(attrs["nranks"]),
-        )
-    return ring.allgather(xp, x)
+    return communicator.get(attrs["ring_id"]).allgather(xp, x)
 
 
 @c_allgather.gradient

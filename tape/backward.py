@@ -187,7 +187,8 @@ def _announce(leaves, pending, hooks):
         if item is not None:
             g = _total(item)
             for hook in hooks:
-                g = hook(var, g) or g
+                replaced = hook(var, g)
+                g = g if replaced is None else replaced
             item[1:] = [g]
 
 
