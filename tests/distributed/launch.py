@@ -29,10 +29,10 @@ def mpiexec():
     return found
 
 
-def run(ranks, *args, timeout=60, env=None):
-    """Runs the worker on ``ranks`` processes; returns the CompletedProcess (never hangs past
-    ``timeout`` seconds: the job is killed and the test fails)."""
-    command = [mpiexec(), "-n", str(ranks), sys.executable, WORKER, *map(str, args)]
+def run(ranks, *args, timeout=60, env=None, script=WORKER):
+    """Runs ``script`` (the worker) on ``ranks`` processes; returns the CompletedProcess (never
+    hangs past ``timeout`` seconds: the job is killed and the test fails)."""
+    command = [mpiexec(), "-n", str(ranks), sys.executable, script, *map(str, args)]
     environ = dict(os.environ, PYTHONPATH=ROOT)
     environ.update(env or {})
     try:

@@ -100,3 +100,16 @@ def test_a_parameter_used_on_some_ranks_only_is_an_error_on_every_rank():
     assert done.returncode != 0
     message = "parameter '1.bias' received a gradient on 1 of 2 ranks"
     assert message in done.stderr, done.stderr
+
+
+def test_train_digits_runs_data_parallel_and_rank_0_writes_the_checkpoint(tmp_path):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("matplotlib")
+    script = f"{launch.ROOT}/examples/train_digits.py"
+    args = ["--distributed", "--quick", "--model", "mlp", "--out", tmp_path]
+    done = launch.run(2, *args, script=script, timeout=120)
+    launch.check(done)
+    assert done.stdout.count("mlp: test accuracy") == 1  # rank 0 reports
+    assert f"reloaded from {tmp_path}/mlp.npz" in done.stdout
+    assert (tmp_path / "mlp.npz").stat().st_size > 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
