@@ -42,6 +42,9 @@ class CollectiveTimeout(DistributedError, TimeoutError):
     """A collective or point-to-point transfer did not complete within the timeout."""
 
 
+SPIN = 0.01  # seconds a wait polls without sleeping
+
+
 def default_timeout():
     return float(os.environ.get("FLUIDTAPE_COMM_TIMEOUT", "300"))
 
@@ -76,7 +79,8 @@ class Communicator:
         out = [None] * len(arrays)
         for dtype in dict.fromkeys(a.dtype for a in arrays):
             group = [i for i, a in enumerate(arrays) if a.dtype == dtype]
-            flat = xp.concatenate([arrays[i].reshape(-1) for i in group])
+            parts = [arrays[i].reshape(-1) for i in group]
+            flat = parts[0] if len(parts) == 1 else xp.concatenate(parts)
             total = self._from_host(xp, self._reduce(xp, flat, what))
             start = 0
             for i in group:
@@ -135,18 +139,20 @@ class Communicator:
     def wait(self, request, what):
         """Polls ``request`` until it completes; CollectiveTimeout after ``timeout`` seconds.
 
-        Polling drives MPI's progress; after a short spin it sleeps between polls (up to 0.5 ms),
-        so a rank waiting for a slower one leaves the core to the computation.
+        Polling drives MPI's progress (over shared memory the polling rank does the copying), so
+        it polls without pause for ``SPIN`` seconds; a rank still waiting then is waiting for a
+        slower one, and sleeps between polls (up to 1 ms), leaving the core to the computation.
         """
         if request.Test():
             return
-        deadline = time.monotonic() + self.timeout
-        polls = 0
+        start = time.monotonic()
+        spin_until, deadline, pause = start + SPIN, start + self.timeout, 2e-5
         while not request.Test():
-            polls += 1
-            if polls > 64:
-                time.sleep(min(5e-4, 1e-5 * (polls - 64)))
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > spin_until:
+                time.sleep(pause)
+                pause = min(pause * 1.5, 1e-3)
+            if now > deadline:
                 raise CollectiveTimeout(
                     what,
                     f"did not complete within {self.timeout:g} s on rank {self.rank} of "
