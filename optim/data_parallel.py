@@ -3,13 +3,14 @@
 ``DistributedDataParallel(model)`` broadcasts rank 0's parameters (and buffers) to every rank,
 then, whenever the wrapped model runs, asks the tape to report each parameter's gradient as soon
 as backward has made it final (``Tape.on_grad_ready``). Gradients are packed into buckets of at
-most ``bucket_cap_mb`` (parameters in reverse order, the order backward finishes them) and each
-bucket is all-reduced, on a communication thread, while backward computes the rest. Buckets
-start strictly in order, so every rank issues the same collectives in the same order. When the
-scan ends, backward waits for the buckets and accumulates the averaged gradients: any optimizer,
-clipping included, then sees the gradient of the mean loss over all ranks' samples. On a lazy
-tape (or under ``create_graph``) the buckets are recorded as ``c_allreduce_sum`` ops instead, and
-the scheduler overlaps them with the rest of backward.
+most ``bucket_cap_mb`` (parameters in reverse order at first, then in the order the first
+backward finished them) and each bucket is all-reduced, on a communication thread, while
+backward computes the rest. Buckets start strictly in order, so every rank issues the same
+collectives in the same order. When the scan ends, backward waits for the buckets and
+accumulates the averaged gradients: any optimizer, clipping included, then sees the gradient of
+the mean loss over all ranks' samples. On a lazy tape (or under ``create_graph``) the buckets are
+recorded as ``c_allreduce_sum`` ops instead, and the scheduler overlaps them with the rest of
+backward.
 
 Each bucket also sums, per parameter, whether the rank produced a gradient for it: a parameter
 that received one on some ranks and not on others is an error on every rank (their copies would
@@ -97,18 +98,26 @@ class _Reducer:
     """The gradient hook of DistributedDataParallel: buckets, their launches and their results."""
 
     def __init__(self, named, world, ring_id, cap_bytes):
-        self.world, self.ring_id = world, ring_id
-        self.buckets = _make_buckets(named, cap_bytes)
-        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.world, self.ring_id, self.named, self.cap = world, ring_id, named, cap_bytes
+        self.position = {id(p): i for i, (_, p) in enumerate(named)}
+        self.arrivals = []  # the first backward's order of final gradients; None once rebuilt
+        self._bucket(named)
         self.launched = 0
         self.pool = concurrent.futures.ThreadPoolExecutor(1, "fluidtape-allreduce")
+
+    def _bucket(self, named):
+        self.buckets = _make_buckets(named, self.cap)
+        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
 
     def hook(self, var, grad):
         bucket = self.bucket_of.get(id(var))
         if bucket is None:
             return None
+        if self.arrivals is not None:
+            self.arrivals.append(self.position[id(var)])
         if bucket.grads[bucket.slot[id(var)]] is not None or bucket.result is not None:
             self.reset()  # a new backward (or one after a backward that failed part-way)
+            bucket = self.bucket_of[id(var)]
         bucket.grads[bucket.slot[id(var)]] = grad
         bucket.arrived += 1
         while self.launched < len(self.buckets):
@@ -124,6 +133,18 @@ class _Reducer:
                 bucket.result.exception()  # let an earlier transfer finish before a new one
             bucket.grads, bucket.arrived, bucket.result = [None] * len(bucket.params), 0, None
         self.launched = 0
+        if self.arrivals:
+            self._rebuild()
+
+    def _rebuild(self):
+        """Buckets in the order the first backward finished the gradients (as PyTorch rebuilds
+        them after its first iteration): a parameter read at every step of a loop is final only
+        at the end, and must not hold back a bucket of gradients that were ready long before.
+        Rank 0's order is used everywhere, so every rank forms the same buckets."""
+        order = list(dict.fromkeys(self.world.broadcast_object(self.arrivals)))
+        order += [i for i in range(len(self.named)) if i not in order]  # unused ones last
+        self.arrivals = None
+        self._bucket([self.named[i] for i in reversed(order)])  # (_make_buckets reverses)
 
     def _launch(self, bucket):
         self.launched += 1
@@ -182,9 +203,9 @@ def _check_used(bucket, flags, size):
 
 
 def _make_buckets(named, cap_bytes):
-    """(name, parameter) pairs in reverse order (backward finishes the last layers first), one
-    dtype per bucket, each bucket at most ``cap_bytes`` (a larger parameter: a bucket of its own).
-    """
+    """(name, parameter) pairs in reverse order (before the first backward: backward finishes
+    the last layers first), one dtype per bucket, each bucket at most ``cap_bytes`` (a larger
+    parameter: a bucket of its own)."""
     buckets, current, size = [], [], 0
     for name, param in reversed(named):
         nbytes = param.size * param.dtype.itemsize

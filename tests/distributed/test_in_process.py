@@ -211,3 +211,38 @@ def test_ddp_in_a_world_of_one_trains_as_the_bare_model():
     for a, b in zip(bare.params(), plain.params(), strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert [n for n, _ in bare.named_params()] == [n for n, _ in plain.named_params()]
+
+
+class _Recurrence(layers.Function):
+    def __init__(self):
+        super().__init__()
+        self.weight = self.create_parameter((3, 3), lambda s, d: np.eye(3, dtype=d) * 0.5)
+
+    def forward(self, h):
+        for _ in range(3):
+            h = h @ self.weight
+        return h
+
+
+class _Loop(layers.Function):
+    """The output layer is declared first, the loop weight (final only at the end) last."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = layers.Linear(3, 2)
+        self.loop = _Recurrence()
+
+    def forward(self, x):
+        return self.out(self.loop(x))
+
+
+def test_buckets_follow_the_order_the_first_backward_finished_the_gradients():
+    net = optim.DistributedDataParallel(_Loop(), bucket_cap_mb=1e-6)
+    names = lambda: [b.names for b in net.reducer.buckets]  # noqa: E731
+    assert names() == [["loop.weight"], ["out.bias"], ["out.weight"]]  # declared order, reversed
+    for _ in range(2):
+        tape.reset_global_tape()
+        tape.backward(net(tape.Variable(np.ones((4, 3), np.float32))).sum())
+        optim.SGD(lr=0.1)(net.params())
+    assert sorted(names()[:2]) == [["out.bias"], ["out.weight"]]
+    assert names()[2] == ["loop.weight"]
