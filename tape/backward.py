@@ -97,7 +97,9 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     A lazy backward of a tape structure seen before replays the gradient ops it recorded then
     (``tape.replay``): a training loop runs its gradient makers once."""
     _check_loss(loss)
-    if tape.lazy and seed is None and not create_graph and wanted is None and not tape._written:
+    # (gradient hooks need the scan: it sees each leaf's last reader)
+    replayable = tape.lazy and seed is None and not create_graph and not tape._grad_hooks
+    if replayable and wanted is None and not tape._written:
         return replay.gradients(
             tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
         )
@@ -116,6 +118,7 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
     written = tape._written  # Variables given new values since ops were recorded: tape.guard
     if written:
         guard.verify_shared(tape)  # buffers shared through DLPack written since they were sealed
+    final = _final_reads(ops) if tape._grad_hooks and wanted is None else None
     with _mode(tape, create_graph):
         pending = {id(loss): [loss, _seed_grad(loss, seed)]}
         for index in range(len(ops) - 1, -1, -1):
@@ -146,12 +149,16 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
                 if written:
                     guard.check(written, op)
                 _run_grad_maker(op, gouts, pending)
+            if final is not None and index in final:  # no op before this one reads these leaves
+                _announce(final.pop(index), pending, tape._grad_hooks)
             if drop:
                 ops[index] = None
         if drop:
             tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
         for item in pending.values():
             var, g = item[0], _total(item)
+            if g.__class__ is not Variable:  # a hook's deferred gradient (Tape.on_grad_ready)
+                g = g()
             if wanted is not None and id(var) in wanted:
                 wanted[id(var)] = g
             if var._leaf:
@@ -159,6 +166,34 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
             else:
                 raise _unreachable(var)
     return leaves
+
+
+def _final_reads(ops):
+    """{index: leaves}: the earliest op reading each leaf that requires a gradient; once the
+    reverse scan has passed it, nothing can add to that leaf's gradient any more."""
+    first = {}
+    for index, op in enumerate(ops):
+        if op is not None:
+            for var in op.input_vars():
+                if var._leaf and var.requires_grad and id(var) not in first:
+                    first[id(var)] = (index, var)
+    final = {}
+    for index, var in first.values():
+        final.setdefault(index, []).append(var)
+    return final
+
+
+def _announce(leaves, pending, hooks):
+    """Hands each leaf's final gradient of this backward to the hooks; a hook may return a
+    replacement (a Variable, or a callable giving one once the scan has ended)."""
+    for var in leaves:
+        item = pending.get(id(var))
+        if item is not None:
+            g = _total(item)
+            for hook in hooks:
+                replaced = hook(var, g)
+                g = g if replaced is None else replaced
+            item[1:] = [g]
 
 
 def _check_loss(loss):

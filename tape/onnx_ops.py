@@ -310,6 +310,13 @@ NOT_EXPORTABLE.update(
         "cummin": "ONNX has no cumulative minimum",
     }
 )
+_COLLECTIVE = "a communication op (MPI): an exported model runs in one process"
+NOT_EXPORTABLE.update(
+    {
+        name: _COLLECTIVE
+        for name in ("c_allreduce_sum", "c_broadcast", "c_allgather", "send", "recv")
+    }
+)
 GRADIENT_NOTE = _GRADIENT
 
 __all__ = ["ONNX_OPS", "NOT_EXPORTABLE", "onnx", "mapping", "check_exportable"]

@@ -45,6 +45,7 @@ class Tape:
         self._undo = []  # (op, callback) run when a lazy run that was to run op fails
         self._run_lock = threading.RLock()
         self._compact_at = None  # the length at which maybe_compact() next compacts
+        self._grad_hooks = []  # on_grad_ready: checked by backward only when non-empty
         self.lazy = lazy
         self.record_all = record_all or lazy
         guard.register(self)
@@ -106,6 +107,15 @@ class Tape:
         from tape.backward import backward
 
         backward(self, loss, grad, retain_graph, create_graph)
+
+    def on_grad_ready(self, hook):
+        """Calls ``hook(leaf, grad)`` during each backward over this tape as soon as a leaf's
+        gradient from that backward is final (the reverse scan has passed every op reading the
+        leaf), while the rest of backward still runs: data parallel starts its all-reduce there.
+        ``hook`` returns None, a replacement gradient Variable, or a callable returning one,
+        called once the scan has ended (before the gradients are accumulated into the leaves).
+        """
+        self._grad_hooks.append(hook)
 
     def reset(self):
         self._ops, self._structure, self._written = [], None, {}
