@@ -43,6 +43,7 @@ class Tape:
         self._leaf_grads = []
         self._written = {}  # id(var) -> (ops recorded then, var, how, where): see tape.guard
         self._undo = []  # (op, callback) run when a lazy run that was to run op fails
+        self._resume = None  # a failed eager backward's progress (tape.backward_faults)
         self._run_lock = threading.RLock()
         self.lazy = lazy
         self.record_all = record_all or lazy
@@ -62,8 +63,8 @@ class Tape:
         ``inputs`` and ``outputs`` map slot names to lists of Variables; output slots left out get
         new Variables. Returns the output Variable, or a tuple of them for several output slots.
         """
-        defn = registry.lookup(type)
         try:
+            defn = registry.lookup(type)
             args = slot_entries(
                 defn,
                 defn.input_slots,
@@ -107,7 +108,7 @@ class Tape:
         backward(self, loss, grad, retain_graph, create_graph)
 
     def reset(self):
-        self._ops, self._structure, self._written = [], None, {}
+        self._ops, self._structure, self._written, self._resume = [], None, {}, None
 
     def compact(self, keep=None):
         """Removes dropped ops (and, for a lazy tape, the ops that ran and that no backward can
@@ -324,7 +325,12 @@ def _run_single(defn, attrs, args):
 def _run_trusted(defn, args, attrs):
     """Gradient ops of an eager backward that records nothing: the makers built them from
     checked forward shapes, so the kernel's result describes itself (no inference needed)."""
-    value = _run_single(defn, attrs, args)
+    try:
+        value = _run_single(defn, attrs, args)
+    except FluidError:
+        raise
+    except Exception as err:
+        raise ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}") from err
     return Variable._make(value, value.shape, value.dtype, False)
 
 
