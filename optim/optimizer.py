@@ -119,7 +119,7 @@ class Optimizer:
         In lazy mode the same holds for the run that executes the recorded updates.
         """
         params = self._register(params)
-        pairs = [(p, p.grad()) for p in params if p.grad() is not None]
+        pairs = [(p, p._grad) for p in params if p._grad is not None]
         if not pairs:
             return
         for pair in pairs:

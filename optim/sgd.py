@@ -20,7 +20,7 @@ class SGD(Optimizer):
     >>> w = tape.Variable(np.ones(2, np.float32), requires_grad=True)
     >>> tape.backward((w * w).sum())
     >>> optim.SGD(lr=0.5)([w])
-    >>> w.numpy(), w.grad()
+    >>> w.numpy(), w.grad
     (array([0., 0.], dtype=float32), None)
     """
 

@@ -6,7 +6,7 @@ Tape(...)
 >>> x = tape.Variable(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
 >>> loss = (x * x).sum()
 >>> tape.backward(loss)
->>> x.grad().numpy()
+>>> x.grad.numpy()
 array([2., 4., 6.], dtype=float32)
 """
 

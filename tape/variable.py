@@ -14,11 +14,12 @@ import numpy as np
 
 from ops.xp import array_module, to_numpy
 from tape.errors import DTypeError, FluidError, GraphError, InputError, ShapeError, user_location
+from tape.tensor_style import TensorStyle
 
 _serial = itertools.count()
 
 
-class Variable:
+class Variable(TensorStyle):
     """A named, typed handle to an array that ops read and write.
 
     Args:
@@ -163,10 +164,6 @@ class Variable:
         self._value, self.shape, self.dtype = value, value.shape, value.dtype
         self._pending = None
         guard.note_writes((self,), "set_value")
-
-    def grad(self):
-        """The accumulated gradient as a Variable, or None if backward has not reached it."""
-        return self._grad
 
     def clear_grad(self):
         """Drops the accumulated gradient (optimizer updates do this for you)."""

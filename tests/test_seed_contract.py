@@ -22,7 +22,7 @@ def test_the_seed_training_loop_runs_as_written(capsys):
         sgd(l1.params() + l2.params())
     assert len(capsys.readouterr().out.splitlines()) == 100
     assert all(np.isfinite(losses))
-    assert all(p.grad() is None for p in l1.params() + l2.params())  # consumed by the update
+    assert all(p.grad is None for p in l1.params() + l2.params())  # consumed by the update
     assert l1.params()[0].dtype == np.float32
 
 

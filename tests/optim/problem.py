@@ -71,7 +71,7 @@ def assert_follows(
     ):
         for i, (p, r) in enumerate(zip(params, reference, strict=True)):
             assert p.dtype == dtype, f"parameter {i} changed dtype to {p.dtype}"
-            assert p.grad() is None, "the update must consume the gradient"
+            assert p.grad is None, "the update must consume the gradient"
             np.testing.assert_allclose(
                 p.numpy(), r, rtol=rtol, atol=atol, err_msg=f"parameter {i} after step {t}"
             )

@@ -44,7 +44,7 @@ def _step(lazy, w, b, x, y, retain_graph=False):
         w.clear_grad()
         b.clear_grad()
         tape.backward(loss, retain_graph=retain_graph)
-        return [loss.numpy()] + [p.grad().numpy() for p in (w, b) if p.grad() is not None]
+        return [loss.numpy()] + [p.grad().numpy() for p in (w, b) if p.grad is not None]
 
 
 def _inputs(seed):
@@ -100,7 +100,7 @@ def test_a_changed_requires_grad_is_a_different_structure(makers_run):
     _step(True, w, b, x, y)
     b.requires_grad = False
     lazy = _step(True, w, b, x, y)
-    assert len(lazy) == 2 and b.grad() is None  # the loss and w's gradient only
+    assert len(lazy) == 2 and b.grad is None  # the loss and w's gradient only
     for want, got in zip(_step(False, w, b, x, y), lazy, strict=True):
         np.testing.assert_array_equal(got, want)
     b.requires_grad = True
@@ -169,7 +169,7 @@ def _record_backward(choose, lazy):
             ((v * float(i + 1)).sum() for i, v in enumerate(wanted[1:], 1)), (wanted[0] * 1.0).sum()
         )
         tape.backward(loss)
-        grads = [v.grad() for v in leaves.values()]
+        grads = [v.grad for v in leaves.values()]
         return [v.numpy() for v in pool] + [g.numpy() for g in grads if g is not None]
 
 

@@ -79,7 +79,7 @@ def test_leaf_gradients_accumulate_across_backward_calls_until_cleared():
         tape.backward((w * w).sum())
     np.testing.assert_allclose(w.grad().numpy(), 3 * 2 * np.array([1.0, 2.0]))
     w.clear_grad()
-    assert w.grad() is None
+    assert w.grad is None
 
 
 def test_a_second_backward_over_a_released_tape_raises_a_clear_error():
@@ -116,7 +116,7 @@ def test_a_failed_backward_leaves_no_partial_gradient():
     loss = (foreign * a).sum()
     with pytest.raises(GraphError, match="did not record"):
         tape.backward(loss)
-    assert a.grad() is None
+    assert a.grad is None
 
 
 def test_explicit_grad_seeds_a_non_scalar_loss():
@@ -157,7 +157,7 @@ def test_grad_returns_none_for_inputs_the_loss_does_not_depend_on():
     gx, gz = tape.grad((x * 3.0).sum(), [x, z])
     np.testing.assert_allclose(gx.numpy(), [3.0])
     assert gz is None
-    assert x.grad() is None  # tape.grad leaves .grad() untouched
+    assert x.grad is None  # tape.grad leaves .grad() untouched
 
 
 def test_gradients_keep_the_variables_dtype():

@@ -87,7 +87,7 @@ def test_integer_array_indexing_gathers_rows(index):
 def test_integer_variable_index_gathers_and_gets_no_gradient():
     index = tape.Variable(np.array([[2, 0], [0, 0]]))
     _check((3, 2), np.array([[2, 0], [0, 0]]), variable_index=index)
-    assert not index.requires_grad and index.grad() is None
+    assert not index.requires_grad and index.grad is None
 
 
 def test_repeated_rows_accumulate_their_gradients():

@@ -48,7 +48,7 @@ def test_backward_releases_forward_buffers_before_earlier_gradients_run(probe):
     tape.backward(loss)
     # When the first op's gradient ran, every later activation had already been freed.
     assert alive == [[False] * len(watched)]
-    assert w.grad() is not None
+    assert w.grad is not None
 
 
 def test_retain_graph_keeps_forward_buffers_alive(probe):

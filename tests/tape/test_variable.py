@@ -25,7 +25,7 @@ def test_a_variable_describes_its_buffer():
     assert isinstance(x.value(), np.ndarray) and np.shares_memory(x.numpy(), x.value())
     assert not x.value().flags.writeable and not x.numpy().flags.writeable
     assert np.asarray(x).shape == (2, 3)
-    assert x.grad() is None and x.is_leaf
+    assert x.grad is None and x.is_leaf
 
 
 def test_an_empty_handle_has_no_shape_until_an_op_writes_it():
