@@ -10,11 +10,12 @@ Tape(...)
 array([2., 4., 6.], dtype=float32)
 """
 
-import ops  # noqa: F401  (loads the op table first; it wires the engine in)
+# Loads the op table first (it wires the engine in), checking that 'ops' is fluidtape's own.
+from tape._package import VERSION as __version__  # noqa: I001
 from ops.blas import blas_threads, get_num_threads, set_num_threads
 from ops.xp import device, gpu_available
 from tape import backward as _backward
-from tape.checkpoint import load, save
+from tape.checkpoint import CheckpointError, load, save
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
     AxisError,
@@ -25,11 +26,13 @@ from tape.errors import (  # noqa: F401  (the public error types)
     IndexingError,
     InputError,
     MutationError,
+    ScalarOverflowError,
     ShapeError,
 )
 from tape.executor import Executor, load_inference_program, save_inference_program
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
+from tape.ir_text import ProgramFormatError
 from tape.lazy import explain, lazy
 from tape.op_handle import OpHandle
 from tape.random_state import seed
@@ -84,6 +87,10 @@ __all__ = [
     "GraphError",
     "ExecutionError",
     "MutationError",
+    "ScalarOverflowError",
+    "CheckpointError",
+    "ProgramFormatError",
+    "__version__",
     "save",
     "load",
     "lazy",

@@ -19,7 +19,7 @@ import numpy as np
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape import backward_faults, guard, replay
-from tape.errors import FluidError, GraphError, InputError, user_location
+from tape.errors import GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable, owner
 
