@@ -18,7 +18,7 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import backward_faults, guard, replay
+from tape import backward_faults, guard, replay, stale
 from tape.errors import GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable, owner
@@ -339,17 +339,7 @@ def _total(item):
 
 
 def _unreachable(var):
-    if var._released:
-        return GraphError(
-            "backward",
-            f"gradient reached '{var.name}', whose ops were released by an earlier backward",
-            hint="pass retain_graph=True to the first backward",
-        )
-    return GraphError(
-        "backward",
-        f"gradient reached '{var.name}', which this tape did not record",
-        hint="it was recorded on another tape (was reset_global_tape called in between?)",
-    )
+    return stale.unreachable(var)
 
 
 class _mode:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import guard, transaction
+from tape import guard, stale, transaction
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import LIVE_TAPES
 from tape.op_handle import OpHandle, slot_entries
@@ -181,6 +181,8 @@ def reset_global_tape() -> Tape:
         from tape.lazy import flush
 
         flush(old)
+    if old is not None and old._ops:
+        stale.mark_ended(old)  # (its variables' history ends here: tape.stale)
     state.tape = Tape(lazy=state.lazy)
     return state.tape
 

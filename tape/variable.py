@@ -45,6 +45,7 @@ class Variable(TensorStyle):
         "_released",
         "persistable",
         "_pending",
+        "_origin",  # set only on outputs of a tape reset_global_tape() ended (tape.stale)
         "__weakref__",
     )
     # numpy defers to our reflected operators (array + var -> var.__radd__) instead of looping.
