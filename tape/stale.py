@@ -58,8 +58,7 @@ def unreachable(var):
     return GraphError(
         "backward",
         f"gradient reached '{var.name}', which this tape did not record",
-        hint="it was recorded on another tape (was reset_global_tape called in between?); "
-        + hint,
+        hint="it was recorded on another tape (was reset_global_tape called in between?); " + hint,
         location=user_location(),
     )
 
