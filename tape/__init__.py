@@ -34,6 +34,7 @@ from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
 from tape.ir_text import ProgramFormatError
 from tape.lazy import explain, lazy
+from tape.memory import memory_report, track_memory
 from tape.op_handle import OpHandle
 from tape.random_state import seed
 from tape.tape import Tape, get_global_tape, reset_global_tape
@@ -95,6 +96,8 @@ __all__ = [
     "load",
     "lazy",
     "explain",
+    "track_memory",
+    "memory_report",
     "Program",
     "Block",
     "OpDesc",

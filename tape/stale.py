@@ -13,7 +13,26 @@ would have it), so reading values never fails.
 
 from __future__ import annotations
 
+import threading
+
 from tape.errors import GraphError, user_location
+
+
+class _Ended(threading.local):
+    last_plan = None  # the last lazy plan of a tape reset_global_tape() ended (tape.memory)
+
+
+ended = _Ended()
+
+
+def tape_ended(tape):
+    """What ``reset_global_tape`` does to the tape it replaces: remembers its last lazy plan
+    (for ``tape.memory_report``) and marks its variables (``mark_ended``)."""
+    plan = getattr(tape, "_last_plan", None)
+    if plan is not None:
+        ended.last_plan = plan
+    if tape._ops:
+        mark_ended(tape)
 
 
 def mark_ended(tape):

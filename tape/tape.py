@@ -181,8 +181,8 @@ def reset_global_tape() -> Tape:
         from tape.lazy import flush
 
         flush(old)
-    if old is not None and old._ops:
-        stale.mark_ended(old)  # (its variables' history ends here: tape.stale)
+    if old is not None:
+        stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
     state.tape = Tape(lazy=state.lazy)
     return state.tape
 
