@@ -33,6 +33,7 @@ from tape.executor import Executor, load_inference_program, save_inference_progr
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
 from tape.ir_text import ProgramFormatError
+from tape.dot import draw, to_dot
 from tape.lazy import explain, lazy
 from tape.memory import memory_report, track_memory
 from tape.op_handle import OpHandle
@@ -97,6 +98,8 @@ __all__ = [
     "lazy",
     "explain",
     "track_memory",
+    "to_dot",
+    "draw",
     "memory_report",
     "Program",
     "Block",
