@@ -47,8 +47,9 @@ class Executor:
 
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
-        OpDescs, indices or names) need; returns the fetched values in order."""
-        feed = dict(feed or {})
+        OpDescs, indices or names) need; returns the fetched values in order. ``feed`` maps
+        names, or Variables of the tape the program came from, to arrays."""
+        feed = _by_name(program, feed)
         compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
         slot_of = {name: i for i, name in enumerate(order)}
         vals = [None] * compiled.slots
@@ -144,6 +145,14 @@ class Executor:
                 bound = program.bindings.get(name)
                 if bound is not None:
                     bound._value, bound._pending = value, None
+
+
+def _by_name(program, feed):
+    """``feed`` keyed by variable name (Variables are keys too, as in ``fetch_list``)."""
+    return {
+        (program.name_of(key) if isinstance(key, Variable) else key): value
+        for key, value in (feed or {}).items()
+    }
 
 
 def updated_in_place(block):
