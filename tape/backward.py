@@ -121,7 +121,6 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None):
     scan = backward_faults.Scan(tape, loss, seed, flags, wanted, progress, drop)
     marked = scan.marked
     op = index = taken = None
-    summing = False
     with _mode(tape, create_graph):
         if progress is None:
             scan.pending = {id(loss): [loss, _seed_grad(loss, seed)]}
@@ -137,30 +136,31 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None):
                     item = pending.pop(id(out), None)
                     if item is None:
                         continue
-                    taken = ((id(out), item),)
+                    taken = item  # (the pending entry itself: [var, gradients...])
                     gouts = [_total(item)]
                     if wanted is not None and id(out) in wanted:
                         wanted[id(out)] = gouts[0]
+                    if release:
+                        if marked is None:
+                            out._released = True
+                        else:
+                            _release(op, marked)
                 else:
                     gouts, taken = _take_output_grads(op, pending, wanted)
                     if not taken:
                         continue
-                if release:
-                    _release(op, marked)
+                    if release:
+                        _release(op, marked)
                 if op.defn.grad_maker is not None:
                     if written:
                         guard.check(written, op)
-                    contributions = _run_grad_maker(op, gouts, pending)
-                    summing = True
-                    for var, g in contributions:
-                        _accumulate(var, g, pending)
-                    summing = False
+                    _run_grad_maker(op, gouts, pending)
                 if drop:
                     ops[index] = None
             op = index = None
             leaves = _leaves(pending, wanted)
         except BaseException as err:
-            scan.fail(err, op, index, taken, summing, wanted)
+            scan.fail(err, op, index, taken, getattr(err, "partial_sum", False), wanted)
             raise
     if drop:
         tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
@@ -240,21 +240,21 @@ def _seed_grad(loss, seed):
 
 def _take_output_grads(op, pending, wanted):
     """The gradients reaching ``op``'s outputs (None where none did) and the pending entries
-    they came from, as (id, entry) pairs (empty: no gradient reached the op)."""
+    they came from, as a tuple (empty: no gradient reached the op)."""
     gouts, taken = [], []
     for entry in op.results:
         if entry.__class__ is list:
             gouts.append([_pop(v, pending, wanted, taken) for v in entry])
         else:
             gouts.append(_pop(entry, pending, wanted, taken))
-    return gouts, taken
+    return gouts, tuple(taken)
 
 
 def _pop(var, pending, wanted, taken):
     item = pending.pop(id(var), None)
     if item is None:
         return None
-    taken.append((id(var), item))
+    taken.append(item)
     g = _total(item)
     if wanted is not None and id(var) in wanted:
         wanted[id(var)] = g
@@ -262,8 +262,8 @@ def _pop(var, pending, wanted, taken):
 
 
 def _run_grad_maker(op, gouts, pending):
-    """Runs ``op``'s gradient maker; returns its (input Variable, gradient) contributions,
-    checked and cast to each input's dtype (the caller adds them to ``pending``)."""
+    """Runs ``op``'s gradient maker and adds its gradients to ``pending``. An error while
+    adding is marked ``partial_sum`` (some inputs may have their share already)."""
     try:
         gins = op.defn.grad_maker(GradContext(op, gouts))
     except BaseException as err:
@@ -271,17 +271,21 @@ def _run_grad_maker(op, gouts, pending):
         if converted is err:
             raise
         raise converted from err
-    contributions = []  # checked (and cast) before any is added: a failure adds none
-    for entry, g in zip(op.args, gins):
-        if g is None or entry is None:
-            continue
-        if entry.__class__ is list:
-            for var, gv in zip(entry, g):
-                if gv is not None and var.requires_grad:
-                    contributions.append((var, _checked(op, var, gv)))
-        elif entry.requires_grad:
-            contributions.append((entry, _checked(op, entry, g)))
-    return contributions
+    try:
+        for entry, g in zip(op.args, gins):
+            if g is None or entry is None:
+                continue
+            if entry.__class__ is list:
+                for var, gv in zip(entry, g):
+                    if gv is not None and var.requires_grad:
+                        _accumulate(_checked(op, var, gv), var, pending)
+            elif entry.requires_grad:
+                if g.shape != entry.shape or g.dtype != entry.dtype:
+                    g = _checked(op, entry, g)
+                _accumulate(g, entry, pending)
+    except BaseException as err:
+        err.partial_sum = True
+        raise
 
 
 def _checked(op, var, g):
@@ -299,7 +303,7 @@ def _checked(op, var, g):
     return g
 
 
-def _accumulate(var, g, pending):
+def _accumulate(g, var, pending):
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]

@@ -86,12 +86,13 @@ class Scan:
         self.marked = None if drop else []
 
     def fail(self, error, op, index, taken, summing, wanted):
-        """Puts the tape back after ``error`` at op ``index`` (``taken``: the (id, entry)
-        gradients popped for it; ``summing``: whether some were already added to its inputs)."""
+        """Puts the tape back after ``error`` at op ``index`` (``taken``: the pending entry, or
+        a tuple of them, popped for it; ``summing``: whether some gradients were already added
+        to its inputs)."""
         tape = self.tape
-        if not summing:
-            for key, item in taken or ():
-                self.pending[key] = item
+        if not summing and taken is not None:
+            for item in (taken,) if taken.__class__ is list else taken:
+                self.pending[id(item[0])] = item
         if self.marked is None:
             if op is not None:
                 for var in op.output_vars():
