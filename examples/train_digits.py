@@ -16,7 +16,7 @@ the curves, and every rank loads the checkpoint back.
 Run (about 15 s on 2 cores):
     pip install -e ".[examples]" && python examples/train_digits.py
     python examples/train_digits.py --model cnn --epochs 20 --out runs/cnn
-    python examples/train_digits.py --quick       # a few steps, what the smoke test runs
+    python examples/train_digits.py --quick       # a few steps into runs/digits-quick
     pip install -e ".[examples,dist]" && mpiexec -n 2 python examples/train_digits.py --distributed
 """
 
@@ -208,8 +208,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--out",
-        default=os.path.join("runs", "digits"),
-        help="directory for checkpoints and the curve PNG",
+        default=None,
+        help="directory for checkpoints and the curve PNG (default runs/digits, and "
+        "runs/digits-quick with --quick, so a smoke test never overwrites a full run's)",
     )
     parser.add_argument(
         "--distributed",
@@ -221,7 +222,10 @@ def parse_args(argv=None):
         action="store_true",
         help="2 epochs of 4 steps each (a smoke test; no accuracy target)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.join("runs", "digits-quick" if args.quick else "digits")
+    return args
 
 
 def main(argv=None):

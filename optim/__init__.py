@@ -8,7 +8,7 @@ regularization terms, records one in-place update op per parameter and consumes 
     >>> opt = optim.Adam(lr=0.1, grad_clip=optim.ClipGradByGlobalNorm(1.0))
     >>> tape.backward((w * w).sum())
     >>> opt([w])
-    >>> w.numpy(), w.grad()
+    >>> w.numpy(), w.grad
     (array([0.9, 1.9]), None)
 """
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import guard, transaction
+from tape import guard, stale, transaction
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
@@ -43,6 +43,7 @@ class Tape:
         self._leaf_grads = []
         self._written = {}  # id(var) -> (ops recorded then, var, how, where): see tape.guard
         self._undo = []  # (op, callback) run when a lazy run that was to run op fails
+        self._resume = None  # a failed eager backward's progress (tape.backward_faults)
         self._run_lock = threading.RLock()
         self._compact_at = None  # the length at which maybe_compact() next compacts
         self._grad_hooks = []  # on_grad_ready: checked by backward only when non-empty
@@ -64,8 +65,8 @@ class Tape:
         ``inputs`` and ``outputs`` map slot names to lists of Variables; output slots left out get
         new Variables. Returns the output Variable, or a tuple of them for several output slots.
         """
-        defn = registry.lookup(type)
         try:
+            defn = registry.lookup(type)
             args = slot_entries(
                 defn,
                 defn.input_slots,
@@ -118,7 +119,7 @@ class Tape:
         self._grad_hooks.append(hook)
 
     def reset(self):
-        self._ops, self._structure, self._written = [], None, {}
+        self._ops, self._structure, self._written, self._resume = [], None, {}, None
 
     def maybe_compact(self):
         """``compact()`` once the tape has doubled since it was last compacted (amortised: a
@@ -201,6 +202,8 @@ def reset_global_tape() -> Tape:
         from tape.lazy import flush
 
         flush(old)
+    if old is not None:
+        stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
     state.tape = Tape(lazy=state.lazy)
     return state.tape
 
@@ -347,7 +350,12 @@ def _run_single(defn, attrs, args):
 def _run_trusted(defn, args, attrs):
     """Gradient ops of an eager backward that records nothing: the makers built them from
     checked forward shapes, so the kernel's result describes itself (no inference needed)."""
-    value = _run_single(defn, attrs, args)
+    try:
+        value = _run_single(defn, attrs, args)
+    except FluidError:
+        raise
+    except Exception as err:
+        raise ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}") from err
     return Variable._make(value, value.shape, value.dtype, False)
 
 
