@@ -36,12 +36,19 @@ def tape_ended(tape):
 
 
 def mark_ended(tape):
-    """Marks the outputs of ``tape``'s ops as created on a tape that was reset here."""
-    ops = [op for op in tape._ops if op is not None]
-    if not ops:
-        return
-    ended_at = user_location()
-    for op in ops:
+    """Marks the outputs of ``tape``'s ops as created on a tape that was reset here (those a
+    backward already released say so themselves: a training loop's tape costs a flag test per
+    op here)."""
+    ended_at = None
+    for op in tape._ops:
+        if op is None:
+            continue
+        results = op.results
+        first = results[0] if results else None
+        if first.__class__ is not list and first is not None and first._released:
+            continue
+        if ended_at is None:
+            ended_at = user_location()
         origin = (op.type, op.name, op.location, ended_at)
         for var in op.output_vars():
             if not var._leaf:  # (an update op's output is its parameter: not stale)
