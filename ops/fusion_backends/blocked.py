@@ -1,0 +1,193 @@
+"""The blocked backend: the chain evaluated block by block, each step with its op's own kernel.
+
+The broadcast shape is cut along one axis into blocks of about ``BLOCK_BYTES`` per array (all
+axes before it are walked one index at a time), so every intermediate of a block stays in the
+cache and dies with the block; outputs are written into preallocated arrays and reductions are
+accumulated per block. Steps whose value does not vary along the cut axes (a step on two bias
+vectors) run once, on whole arrays, before the loop.
+
+Results: elementwise outputs equal ``reference`` bit for bit (each element comes from the same
+kernels on the same operands). A reduction sums per block (numpy's pairwise sum inside a block)
+and adds the block sums in order, so it differs from the reference's single pairwise sum only by
+reassociation: |fused - reference| <= (log2(block) + blocks) * eps * sum(|values|) at worst, and
+about sqrt(blocks) * eps * sum(|values|) in practice (eps of the output dtype). Expressions that
+fit one block run the reference backend itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from ops.fused_expression import resolve
+from ops.fusion_backends import (
+    as_array,
+    reduce,
+    reduced_count,
+    reference,
+    step_error,
+    step_kernels,
+    with_located_errors,
+)
+
+# Bytes of one block of the widest array. Measured on the 4M float32 chain (2-core Skylake-X
+# VM, L2 1 MiB): 64 KiB 10.1 ms, 128 KiB 9.3 ms, 256 KiB 9.1 ms, 512 KiB 9.6 ms, 1 MiB 11.5 ms;
+# below 64 KiB the per-block Python overhead dominates (see benchmarks/README.md).
+BLOCK_BYTES = 256 * 1024
+
+
+def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
+    """A callable evaluating ``expression`` in blocks, or the reference one if it fits one."""
+    fallback = reference.compile(expression, xp)
+    cut = _cut(expression)
+    if cut is None:
+        return fallback
+    run = with_located_errors(_Blocked(expression, xp, *cut).run, fallback)
+    run.backend = "blocked"
+    return run
+
+
+def _cut(expression):
+    """(axis, chunk) cutting the broadcast shape into blocks of about BLOCK_BYTES, or None when
+    it is one block."""
+    shape = expression.shape
+    if not shape or 0 in shape:
+        return None
+    itemsize = max(d.itemsize for d in expression.step_dtypes)
+    for axis in range(len(shape)):
+        row = math.prod(shape[axis + 1 :]) * itemsize
+        if row <= BLOCK_BYTES:
+            break
+    chunk = max(1, BLOCK_BYTES // row)
+    blocks = math.prod(shape[:axis]) * -(-shape[axis] // chunk)
+    return None if blocks <= 1 else (axis, chunk)
+
+
+class _Index:
+    """How an array of ``shape`` (right-aligned to the broadcast shape) is cut per block:
+    one index per axis before the cut (0 on a broadcast axis), the block's range on the cut axis
+    (all of it on a broadcast one), nothing after."""
+
+    def __init__(self, shape, full, axis):
+        lead = len(full) - len(shape)
+        self.parts = []
+        for a in range(max(lead, 0), axis + 1):
+            size = shape[a - lead]
+            if a < axis:
+                self.parts.append(a if size != 1 else None)
+            else:
+                self.parts.append("cut" if size != 1 else "all")
+        self.varies = any(p is not None and p != "all" for p in self.parts)
+
+    def at(self, lead_index, span):
+        return tuple(
+            span if p == "cut" else slice(None) if p == "all" else 0 if p is None else lead_index[p]
+            for p in self.parts
+        )
+
+
+class _Blocked:
+    def __init__(self, expression, xp, axis, chunk):
+        self.e, self.xp, self.axis, self.chunk = expression, xp, axis, chunk
+        full = expression.shape
+        self.kernels = step_kernels(expression, xp)
+        self.in_index = [_Index(shape, full, axis) for shape, _ in expression.inputs]
+        self.step_index = [_Index(s, full, axis) for s in expression.step_shapes]
+        self.dtypes = [np.dtype(d) for d in expression.dtypes]
+
+    def blocks(self):
+        shape, axis, chunk = self.e.shape, self.axis, self.chunk
+        for lead in itertools.product(*(range(n) for n in shape[:axis])):
+            for start in range(0, shape[axis], chunk):
+                yield lead, slice(start, min(start + chunk, shape[axis]))
+
+    def run(self, *inputs):
+        e, xp = self.e, self.xp
+        hoisted = self._hoisted(inputs)
+        fixed_in = [ix.at((), None) if not ix.varies else None for ix in self.in_index]
+        fixed_in = [a if f is None else a[f] for a, f in zip(inputs, fixed_in)]
+        fixed = {j: v[self.step_index[j].at((), None)] for j, v in hoisted.items()}
+        outs = [
+            hoisted[j] if j in hoisted else xp.empty(e.step_shapes[j], self.dtypes[i])
+            for i, j in enumerate(e.outputs)
+        ]
+        sums = self._accumulators()
+        for lead, span in self.blocks():
+            block_in = [
+                a[ix.at(lead, span)] if ix.varies else f
+                for a, ix, f in zip(inputs, self.in_index, fixed_in)
+            ]
+            values = self._block(block_in, fixed)
+            for i, j in enumerate(e.outputs):
+                if j not in hoisted:
+                    outs[i][self.step_index[j].at(lead, span)] = values[j]
+            for r, acc, local in sums:
+                block_shape = self._block_shape(span)
+                value = xp.broadcast_to(values[r.step], block_shape)
+                partial = value.sum(axis=local, keepdims=True, dtype=acc.dtype)
+                acc[self._acc_index(r, lead, span)] += partial
+        return outs + self._reductions(hoisted, sums)
+
+    def _hoisted(self, inputs):
+        """Values of the steps that do not vary along the cut axes, on whole arrays."""
+        values = {}
+        for j, step in enumerate(self.e.steps):
+            if self.step_index[j].varies:
+                continue
+            kernel, attrs = self.kernels[j]
+            args = [resolve(arg, inputs, values) for arg in step.args]
+            try:
+                values[j] = as_array(kernel(self.xp, attrs, *args), self.xp)
+            except Exception as err:
+                raise step_error(step, err) from err
+        return values
+
+    def _block(self, block_in, fixed):
+        values = dict(fixed)
+        for j, step in enumerate(self.e.steps):
+            if j in fixed:
+                continue
+            kernel, attrs = self.kernels[j]
+            args = [resolve(arg, block_in, values) for arg in step.args]
+            values[j] = kernel(self.xp, attrs, *args)
+        return values
+
+    def _block_shape(self, span):
+        shape = self.e.shape
+        return (span.stop - span.start,) + tuple(shape[self.axis + 1 :])
+
+    def _accumulators(self):
+        """(reduction, accumulator, block axes summed) for each reduction of a varying step;
+        an accumulator keeps every axis (1 where reduced)."""
+        e, n_full, found = self.e, len(self.e.outputs), []
+        for i, r in enumerate(e.reductions):
+            if not self.step_index[r.step].varies:
+                continue
+            shape = tuple(1 if a in r.axes else n for a, n in enumerate(e.shape))
+            acc = self.xp.zeros(shape, self.dtypes[n_full + i])
+            local = tuple(a - self.axis for a in r.axes if a >= self.axis)
+            found.append((r, acc, local))
+        return found
+
+    def _acc_index(self, reduction, lead, span):
+        parts = [0 if a in reduction.axes else lead[a] for a in range(self.axis)]
+        parts.append(slice(0, 1) if self.axis in reduction.axes else span)
+        return tuple(parts)
+
+    def _reductions(self, hoisted, sums):
+        e, n_full, xp = self.e, len(self.e.outputs), self.xp
+        accumulated = {id(r): acc for r, acc, _ in sums}
+        outs = []
+        for i, r in enumerate(e.reductions):
+            dtype = self.dtypes[n_full + i]
+            if r.step in hoisted:
+                outs.append(reduce(xp, hoisted[r.step], r, e.shape, dtype))
+                continue
+            acc = accumulated[id(r)]
+            if r.mean:
+                acc = acc / reduced_count(r, e.shape)
+            out = acc.reshape(r.shape)
+            outs.append(out if out.dtype == dtype else out.astype(dtype))
+        return outs
