@@ -31,6 +31,7 @@ from ops.fusion_backends import (
     step_kernels,
     with_located_errors,
 )
+from ops.fusion_backends.block_program import KERNEL, TO_BUFFER, UFUNC, Program  # noqa: F401
 
 # Bytes of one block of the widest array. Measured on the 4M float32 chain (2-core Skylake-X
 # VM, L2 1 MiB): 64 KiB 10.1 ms, 128 KiB 9.3 ms, 256 KiB 9.1 ms, 512 KiB 9.6 ms, 1 MiB 11.5 ms;
@@ -68,7 +69,8 @@ def _cut(expression):
 class _Index:
     """How an array of ``shape`` (right-aligned to the broadcast shape) is cut per block:
     one index per axis before the cut (0 on a broadcast axis), the block's range on the cut axis
-    (all of it on a broadcast one), nothing after."""
+    (all of it on a broadcast one), nothing after. ``template`` is its block's shape, None
+    standing for the block's length on the cut axis."""
 
     def __init__(self, shape, full, axis):
         lead = len(full) - len(shape)
@@ -80,6 +82,10 @@ class _Index:
             else:
                 self.parts.append("cut" if size != 1 else "all")
         self.varies = any(p is not None and p != "all" for p in self.parts)
+        tail = tuple(shape[max(axis - lead, 0) :])
+        if lead <= axis and self.parts[-1] == "cut":
+            tail = (None,) + tail[1:]
+        self.template = tail
 
     def at(self, lead_index, span):
         return tuple(
@@ -96,6 +102,10 @@ class _Blocked:
         self.in_index = [_Index(shape, full, axis) for shape, _ in expression.inputs]
         self.step_index = [_Index(s, full, axis) for s in expression.step_shapes]
         self.dtypes = [np.dtype(d) for d in expression.dtypes]
+        self.fixed = {j for j, ix in enumerate(self.step_index) if not ix.varies}
+        templates = ([ix.template for ix in self.in_index], [ix.template for ix in self.step_index])
+        self.program = Program(expression, xp, self.kernels, templates, self.fixed)
+        self.out_index = [self.step_index[j] for j in expression.outputs]
 
     def blocks(self):
         shape, axis, chunk = self.e.shape, self.axis, self.chunk
@@ -104,37 +114,66 @@ class _Blocked:
                 yield lead, slice(start, min(start + chunk, shape[axis]))
 
     def run(self, *inputs):
-        e, xp = self.e, self.xp
+        e, xp, program = self.e, self.xp, self.program
         hoisted = self._hoisted(inputs)
-        fixed_in = [ix.at((), None) if not ix.varies else None for ix in self.in_index]
-        fixed_in = [a if f is None else a[f] for a, f in zip(inputs, fixed_in)]
-        fixed = {j: v[self.step_index[j].at((), None)] for j, v in hoisted.items()}
+        vals = [None] * program.n_slots
+        for slot, value in program.constants:
+            vals[slot] = value
+        for j, value in hoisted.items():
+            vals[program.n_inputs + j] = value[self.step_index[j].at((), None)]
+        fixed_in = [a if ix.varies else a[ix.at((), None)] for a, ix in zip(inputs, self.in_index)]
         outs = [
             hoisted[j] if j in hoisted else xp.empty(e.step_shapes[j], self.dtypes[i])
             for i, j in enumerate(e.outputs)
         ]
+        buffers = [
+            xp.empty(tuple(self.chunk if n is None else n for n in t), d)
+            for t, d in program.buffers
+        ]
         sums = self._accumulators()
         for lead, span in self.blocks():
-            block_in = [
-                a[ix.at(lead, span)] if ix.varies else f
-                for a, ix, f in zip(inputs, self.in_index, fixed_in)
+            for k, (a, ix) in enumerate(zip(inputs, self.in_index)):
+                vals[k] = a[ix.at(lead, span)] if ix.varies else fixed_in[k]
+            views = [
+                o[ix.at(lead, span)] if j not in hoisted else None
+                for o, ix, j in zip(outs, self.out_index, e.outputs)
             ]
-            values = self._block(block_in, fixed)
-            for i, j in enumerate(e.outputs):
-                if j not in hoisted:
-                    outs[i][self.step_index[j].at(lead, span)] = values[j]
+            self._block(vals, self._views(buffers, span), views)
             for r, acc, local in sums:
-                block_shape = self._block_shape(span)
-                value = xp.broadcast_to(values[r.step], block_shape)
+                value = xp.broadcast_to(vals[program.n_inputs + r.step], self._block_shape(span))
                 partial = value.sum(axis=local, keepdims=True, dtype=acc.dtype)
                 acc[self._acc_index(r, lead, span)] += partial
         return outs + self._reductions(hoisted, sums)
+
+    def _views(self, buffers, span):
+        n = span.stop - span.start
+        if n == self.chunk:
+            return buffers
+        templates = [t for t, _ in self.program.buffers]
+        return [b[:n] if t[:1] == (None,) else b for b, t in zip(buffers, templates)]
+
+    def _block(self, vals, buffers, outputs):
+        xp = self.xp
+        for instruction in self.program.code:
+            if instruction[0] == UFUNC:
+                _, fn, operands, dest, where, slot = instruction
+                out = buffers[where] if dest == TO_BUFFER else outputs[where]
+                vals[slot] = fn(*[vals[s] for s in operands], out=out)
+                continue
+            _, kernel, attrs, spec, slot, output = instruction
+            args = [
+                vals[a] if a.__class__ is int else None if a is None else [vals[s] for s in a]
+                for a in spec
+            ]
+            vals[slot] = kernel(xp, attrs, *args)
+            if output is not None:
+                outputs[output][...] = vals[slot]
 
     def _hoisted(self, inputs):
         """Values of the steps that do not vary along the cut axes, on whole arrays."""
         values = {}
         for j, step in enumerate(self.e.steps):
-            if self.step_index[j].varies:
+            if j not in self.fixed:
                 continue
             kernel, attrs = self.kernels[j]
             args = [resolve(arg, inputs, values) for arg in step.args]
@@ -142,16 +181,6 @@ class _Blocked:
                 values[j] = as_array(kernel(self.xp, attrs, *args), self.xp)
             except Exception as err:
                 raise step_error(step, err) from err
-        return values
-
-    def _block(self, block_in, fixed):
-        values = dict(fixed)
-        for j, step in enumerate(self.e.steps):
-            if j in fixed:
-                continue
-            kernel, attrs = self.kernels[j]
-            args = [resolve(arg, block_in, values) for arg in step.args]
-            values[j] = kernel(self.xp, attrs, *args)
         return values
 
     def _block_shape(self, span):
