@@ -76,6 +76,7 @@ def _infer(attrs, xs):
     attrs={"expression": Attr("any", required=True)},
     infer=_infer,
     differentiable=False,
+    returns=lambda results: results[0],  # the list of output Variables
 )
 def fused_elementwise(xp, attrs, xs):
     """Out = the expression's outputs: its materialised steps, then its reductions, computed by

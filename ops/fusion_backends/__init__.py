@@ -59,6 +59,17 @@ def reduce(xp, value, reduction, shape, dtype):
     return out if out.dtype == dtype else out.astype(dtype)
 
 
+def distinct(outs, steps):
+    """The full outputs with a copy wherever a step is listed twice (each output Variable owns
+    its buffer)."""
+    seen = set()
+    for i, j in enumerate(steps):
+        if j in seen:
+            outs[i] = outs[i].copy()
+        seen.add(j)
+    return outs
+
+
 def reduced_count(reduction, shape):
     """How many elements each reduced element sums."""
     return math.prod(shape[a] for a in reduction.axes)
@@ -80,4 +91,11 @@ def with_located_errors(fast, reference):
     return run
 
 
-__all__ = ["step_error", "step_kernels", "reduce", "reduced_count", "with_located_errors"]
+__all__ = [
+    "step_error",
+    "step_kernels",
+    "reduce",
+    "reduced_count",
+    "distinct",
+    "with_located_errors",
+]

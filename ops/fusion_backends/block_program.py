@@ -182,7 +182,9 @@ class Program:
         self.constants, self.code, self.buffers = [], [], []
         self.shapes = list(templates[0]) + list(templates[1])
         self.dtypes = [np.dtype(d) for _, d in expression.inputs] + list(expression.step_dtypes)
-        out_of = {j: i for i, j in enumerate(expression.outputs)}
+        out_of = {}
+        for i, j in enumerate(expression.outputs):
+            out_of.setdefault(j, i)
         pending = []  # per instruction: (index, result slot, operand slots, template, dtype)
         for j, step in enumerate(expression.steps):
             if j not in fixed:

@@ -16,7 +16,14 @@ from __future__ import annotations
 import numpy as np
 
 from ops.fused_expression import flat_refs, is_ref
-from ops.fusion_backends import reduce, reduced_count, reference, with_located_errors
+from ops.fusion_backends import (
+    as_array,
+    distinct,
+    reduce,
+    reduced_count,
+    reference,
+    with_located_errors,
+)
 from ops.fusion_backends.table import Constant, rule_for
 
 
@@ -115,7 +122,7 @@ def compile(expression, xp):  # noqa: A001  (every backend's entry point has thi
 
     def run(*inputs):
         outs = list(outputs(*inputs)) if expression.outputs else []
-        outs = [xp.asarray(o) for o in outs]
+        outs = distinct([xp.asarray(o) for o in outs], expression.outputs)
         for r, dtype, fn in reducers:
             if expression.step_shapes[r.step] != full:
                 outs.append(reduce(xp, xp.asarray(fn(*inputs)[0]), r, full, dtype))
@@ -123,7 +130,7 @@ def compile(expression, xp):  # noqa: A001  (every backend's entry point has thi
             out = xp.asarray(fn(*inputs))
             if r.mean:
                 out = out / reduced_count(r, full)
-            out = out.reshape(r.shape)
+            out = as_array(out, xp).reshape(r.shape)
             outs.append(out if out.dtype == dtype else out.astype(dtype))
         return outs
 

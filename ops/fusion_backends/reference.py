@@ -8,7 +8,7 @@ as soon as the last step reading them has run.
 from __future__ import annotations
 
 from ops.fused_expression import flat_refs, resolve
-from ops.fusion_backends import as_array, reduce, step_error, step_kernels
+from ops.fusion_backends import as_array, distinct, reduce, step_error, step_kernels
 
 
 def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
@@ -33,7 +33,7 @@ def compile(expression, xp):  # noqa: A001  (every backend's entry point has thi
                 raise step_error(step, err) from err
             for dead in frees[j]:
                 values[dead] = None
-        outs = [values[j] for j in expression.outputs]
+        outs = distinct([values[j] for j in expression.outputs], expression.outputs)
         outs += [reduce(xp, values[r.step], r, shape, dtype) for r, shape, dtype in reduced]
         return outs
 
