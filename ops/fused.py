@@ -5,11 +5,15 @@ The fusion pass (``tape/passes/fusion.py``) replaces a group of connected elemen
 what to compute; this module registers the op and picks, per expression and array module, a
 compiled callable from ``ops.fusion_backends`` (cached, so each group structure compiles once):
 
-- ``"auto"`` (the default): on the CPU, ``blocked`` numpy; an expression made only of exact
-  arithmetic (no libm function; see ``ops.fusion_backends.numba_table``) moves to ``numba`` once
-  it has spent ``NUMBA_AFTER_SECONDS`` in blocked numpy and numba is installed (``pip install
-  fluidtape[fuse]``): its compile time (0.3-1 s) is then paid back. On a GPU, ``cupy_fuse`` where
-  every step has a generated form, else ``reference``.
+- ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of
+  one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
+  generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
+  compile (0.1-0.5 s measured) is paid back: if it is exact arithmetic (no libm function, see
+  ``ops.fusion_backends.table``; 4-6x faster than blocked numpy at every size measured, results
+  identical), or if it has at most ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs
+  ~15 ns per element and step against numpy's <1 ns SIMD loops, but numpy's ~2 us per call
+  dominates small arrays). On a GPU, ``cupy_fuse`` where every step has a generated form, else
+  ``reference``.
 - ``"reference"``, ``"blocked"``, ``"numba"``, ``"cupy"``: that backend (``numba`` and ``cupy``
   fall back to ``blocked``/``reference`` for an expression they cannot generate).
 
@@ -32,8 +36,10 @@ from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, InputError, ShapeError
 
 BACKENDS = ("auto", "reference", "blocked", "numba", "cupy")
-# Seconds an all-arithmetic expression runs in blocked numpy before auto compiles it with numba.
-NUMBA_AFTER_SECONDS = 1.0
+# Seconds an expression runs in numpy before auto compiles it with numba (the largest compile
+# time measured, benchmarks/README.md); and the largest expression with libm functions it moves.
+NUMBA_AFTER_SECONDS = 0.5
+NUMBA_LIBM_MAX_SIZE = 1024
 _CACHE_SIZE = 256
 
 _setting = {"backend": "auto"}
@@ -73,7 +79,7 @@ def _infer(attrs, xs):
     "fused_elementwise",
     inputs=("X*",),
     outputs=("Out*",),
-    attrs={"expression": Attr("any", required=True)},
+    attrs={"expression": Attr("any", required=True), "exact": Attr("bool", False)},
     infer=_infer,
     differentiable=False,
     returns=lambda results: results[0],  # the list of output Variables
@@ -81,23 +87,43 @@ def _infer(attrs, xs):
 def fused_elementwise(xp, attrs, xs):
     """Out = the expression's outputs: its materialised steps, then its reductions, computed by
     the backend chosen for it (see the module docstring). An error in a step is raised as that
-    step's original op would raise it (its type, name and recorded-at line).
+    step's original op would raise it (its type, name and recorded-at line). With ``exact``
+    every output is bit for bit what the unfused ops give (lazy mode's ``exact=True``).
 
     Not differentiable: the fusion pass fuses forward and gradient ops after backward was built.
     """
-    return (kernel_for(attrs["expression"], xp)(*xs),)  # one entry per output slot: Out*
+    run = kernel_for(attrs["expression"], xp, attrs["exact"])
+    return (run(*xs),)  # one entry per output slot: Out*
 
 
-def kernel_for(expression, xp):
+def kernel_for(expression, xp, exact=False):
     """The compiled callable for ``expression`` with array module ``xp`` under the current
-    backend setting (compiled on first use, then cached)."""
-    key = (expression, xp, _setting["backend"])
+    backend setting (compiled on first use, then cached). ``exact``: only ways that give every
+    output bit for bit as unfused execution does (see ``_compile_exact``)."""
+    key = (expression, xp, _setting["backend"], exact)
     found = _cache.get(key)
     if found is None:
-        found = _cache[key] = _compile(expression, xp, key[2])
+        compile_ = _compile_exact if exact else _compile
+        found = _cache[key] = compile_(expression, xp, key[2])
         if len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return found
+
+
+def _compile_exact(expression, xp, name):
+    """Bit for bit with unfused execution: blocked numpy for elementwise outputs, numba where
+    every rule is exact; a reduction (which blocks and numba reassociate) or a GPU (whose fused
+    kernels may use other libm code) keeps the reference."""
+    from ops.fusion_backends import blocked, numba_loops, reference
+
+    if expression.reductions or xp is not np or name in ("reference", "cupy"):
+        return reference.compile(expression, xp)
+    exact_numba = numba_loops.available() and numba_loops.covers(expression, exact=True)
+    if name == "numba" and exact_numba:
+        return numba_loops.compile(expression, xp)
+    if name == "auto" and exact_numba:
+        return _Adaptive(expression, blocked.compile(expression, xp))
+    return blocked.compile(expression, xp)
 
 
 def _compile(expression, xp, name):
@@ -120,7 +146,7 @@ def _compile(expression, xp, name):
 
 class _Adaptive:
     """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS``; then numba, where it
-    is installed and generates the whole expression from exact arithmetic (results identical)."""
+    is installed and measured faster (see the module docstring)."""
 
     __slots__ = ("expression", "run", "spent", "backend", "__weakref__")
 
@@ -129,8 +155,10 @@ class _Adaptive:
 
         self.expression, self.run, self.spent = expression, run, 0.0
         self.backend = getattr(run, "backend", "blocked")
-        if not (numba_loops.available() and numba_loops.covers(expression, exact=True)):
+        if not (numba_loops.available() and numba_loops.covers(expression)):
             self.spent = None  # never moves
+        elif expression.size > NUMBA_LIBM_MAX_SIZE and not numba_loops.covers(expression, True):
+            self.spent = None  # libm functions on large arrays: numpy's SIMD loops win
 
     def __call__(self, *inputs):
         if self.spent is None:

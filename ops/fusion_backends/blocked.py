@@ -16,6 +16,7 @@ fit one block run the reference backend itself.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -34,10 +35,11 @@ from ops.fusion_backends import (
 )
 from ops.fusion_backends.block_program import TO_BUFFER, UFUNC, Program
 
-# Bytes of one block of the widest array. Measured on the 4M float32 chain (2-core Skylake-X
-# VM, L2 1 MiB): 64 KiB 10.1 ms, 128 KiB 9.3 ms, 256 KiB 9.1 ms, 512 KiB 9.6 ms, 1 MiB 11.5 ms;
-# below 64 KiB the per-block Python overhead dominates (see benchmarks/README.md).
-BLOCK_BYTES = 256 * 1024
+# Bytes of one block of the widest array: chosen by measurement (``python -m
+# benchmarks.fusion_backends --blocks``, 4M float32 chain, 2-core AMD EPYC VM with 1 MiB of L2
+# per core): 128 KiB 13.2 ms, 256 KiB 13.4 ms, 1 MiB 11.0 ms, 2 MiB 11.5 ms, 4 MiB 12.2 ms;
+# under 64 KiB the blocks' fixed costs dominate.
+BLOCK_BYTES = 1024 * 1024
 
 
 def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
@@ -111,12 +113,34 @@ class _Blocked:
         for i, j in enumerate(expression.outputs):
             firsts.setdefault(j, i)
         self.written = set(firsts.values())  # a step listed twice is written once, then copied
+        self._spare = []  # scratch buffers of finished runs (one set per concurrent run)
 
     def blocks(self):
         shape, axis, chunk = self.e.shape, self.axis, self.chunk
         for lead in itertools.product(*(range(n) for n in shape[:axis])):
             for start in range(0, shape[axis], chunk):
                 yield lead, slice(start, min(start + chunk, shape[axis]))
+
+    @functools.cached_property
+    def schedule(self):
+        """Per block: its length on the cut axis and the index of every varying input, written
+        output and reduction accumulator (computed once per expression, not per run)."""
+        inputs = [(k, ix) for k, ix in enumerate(self.in_index) if ix.varies]
+        outputs = [
+            (i, self.out_index[i])
+            for i, j in enumerate(self.e.outputs)
+            if j not in self.fixed and i in self.written
+        ]
+        reductions = [r for r in self.e.reductions if r.step not in self.fixed]
+        return [
+            (
+                span.stop - span.start,
+                [(k, ix.at(lead, span)) for k, ix in inputs],
+                [(i, ix.at(lead, span)) for i, ix in outputs],
+                [self._acc_index(r, lead, span) for r in reductions],
+            )
+            for lead, span in self.blocks()
+        ]
 
     def run(self, *inputs):
         e, xp, program = self.e, self.xp, self.program
@@ -126,7 +150,8 @@ class _Blocked:
             vals[slot] = value
         for j, value in hoisted.items():
             vals[program.n_inputs + j] = value[self.step_index[j].at((), None)]
-        fixed_in = [a if ix.varies else a[ix.at((), None)] for a, ix in zip(inputs, self.in_index)]
+        for k, (a, ix) in enumerate(zip(inputs, self.in_index)):
+            vals[k] = None if ix.varies else a[ix.at((), None)]
         outs = [
             hoisted[j] if j in hoisted else xp.empty(e.step_shapes[j], self.dtypes[i])
             for i, j in enumerate(e.outputs)
@@ -134,29 +159,37 @@ class _Blocked:
         for i, j in enumerate(e.outputs):
             if i not in self.written:
                 outs[i] = outs[e.outputs.index(j)]
-        buffers = [
-            xp.empty(tuple(self.chunk if n is None else n for n in t), d)
-            for t, d in program.buffers
-        ]
-        sums = self._accumulators()
-        for lead, span in self.blocks():
-            for k, (a, ix) in enumerate(zip(inputs, self.in_index)):
-                vals[k] = a[ix.at(lead, span)] if ix.varies else fixed_in[k]
-            views = [
-                o[ix.at(lead, span)] if j not in hoisted and i in self.written else None
-                for i, (o, ix, j) in enumerate(zip(outs, self.out_index, e.outputs))
-            ]
-            self._block(vals, self._views(buffers, span), views)
-            for r, acc, local in sums:
-                value = xp.broadcast_to(vals[program.n_inputs + r.step], self._block_shape(span))
-                partial = value.sum(axis=local, keepdims=True, dtype=acc.dtype)
-                acc[self._acc_index(r, lead, span)] += partial
+        buffers = self._spare.pop() if self._spare else self._scratch()
+        try:
+            sums = self._run_blocks(inputs, vals, outs, buffers)
+        finally:
+            self._spare.append(buffers)  # reused by the next run (page faults avoided)
         return distinct(outs, e.outputs) + self._reductions(hoisted, sums)
 
-    def _views(self, buffers, span):
-        n = span.stop - span.start
-        if n == self.chunk:
-            return buffers
+    def _scratch(self):
+        return [
+            self.xp.empty(tuple(self.chunk if n is None else n for n in t), d)
+            for t, d in self.program.buffers
+        ]
+
+    def _run_blocks(self, inputs, vals, outs, buffers):
+        xp, n_inputs = self.xp, self.program.n_inputs
+        sums = self._accumulators()
+        views = [None] * len(outs)
+        for n, in_index, out_index, acc_index in self.schedule:
+            for k, index in in_index:
+                vals[k] = inputs[k][index]
+            for i, index in out_index:
+                views[i] = outs[i][index]
+            self._block(vals, buffers if n == self.chunk else self._views(buffers, n), views)
+            for (r, acc, local), index in zip(sums, acc_index):
+                value = vals[n_inputs + r.step]
+                if value.shape != self._block_shape(n):
+                    value = xp.broadcast_to(value, self._block_shape(n))
+                acc[index] += value.sum(axis=local, keepdims=True, dtype=acc.dtype)
+        return sums
+
+    def _views(self, buffers, n):
         templates = [t for t, _ in self.program.buffers]
         return [b[:n] if t[:1] == (None,) else b for b, t in zip(buffers, templates)]
 
@@ -191,9 +224,8 @@ class _Blocked:
                 raise step_error(step, err) from err
         return values
 
-    def _block_shape(self, span):
-        shape = self.e.shape
-        return (span.stop - span.start,) + tuple(shape[self.axis + 1 :])
+    def _block_shape(self, n):
+        return (n,) + tuple(self.e.shape[self.axis + 1 :])
 
     def _accumulators(self):
         """(reduction, accumulator, block axes summed) for each reduction of a varying step;

@@ -48,7 +48,7 @@ def test_auto_runs_one_block_on_the_reference_and_larger_ones_in_blocks(fresh_ca
 
 def test_auto_moves_exact_expressions_to_numba_once_they_paid_for_it(fresh_cache, monkeypatch):
     monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 0.0)
-    exact, libm = _arithmetic(), chain_expression((1024, 256), "float32")
+    exact, libm = _arithmetic(), chain_expression((2048, 256), "float32")
     inputs = _arrays(exact)
     first = fused.kernel_for(exact, np)
     expected = first(*inputs)
@@ -59,6 +59,11 @@ def test_auto_moves_exact_expressions_to_numba_once_they_paid_for_it(fresh_cache
     chain(*_arrays(libm))
     chain(*_arrays(libm))
     assert chain.backend == "blocked"  # tanh and exp: numpy's SIMD loops are faster
+    small = chain_expression((8, 8), "float32")
+    tiny = fused.kernel_for(small, np)
+    tiny(*_arrays(small))
+    tiny(*_arrays(small))
+    assert tiny.backend == ("numba" if numba_loops.available() else "reference")
 
 
 def test_equal_expressions_share_one_compiled_kernel(fresh_cache):
@@ -105,7 +110,7 @@ def test_blocked_reuses_two_buffers_for_the_whole_chain():
     expression = chain_expression((4096, 256), "float32")
     plan = _Blocked(expression, np, *_cut(expression))
     assert plan.program.buffers == [((None, 256), np.dtype("float32"))] * 2
-    assert blocked.BLOCK_BYTES == 256 * 1024 and plan.chunk == 256
+    assert blocked.BLOCK_BYTES == 1024 * 1024 and plan.chunk == 1024
 
 
 @pytest.mark.parametrize("name", ["auto", "reference", "blocked", "cupy"])
@@ -125,3 +130,23 @@ def test_fused_kernels_run_on_the_emulated_gpu(name, fresh_cache):
         got = [device.asnumpy(v) for v in values]
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_exact_keeps_every_output_bit_for_bit(fresh_cache):
+    """exact=True (lazy mode's exact): no reassociated reductions, no libm from numba."""
+    with_sums = chain_expression((2048, 256), "float32")
+    arrays = _arrays(with_sums)
+    assert fused.kernel_for(with_sums, np, exact=True).backend == "reference"
+    assert fused.kernel_for(with_sums, np).backend == "blocked"
+    plain = Expression(
+        *[getattr(with_sums, f) for f in ("inputs", "shape", "steps", "outputs")],
+        (),
+        with_sums.dtypes[:2],
+    )
+    with fused.backend("numba"):
+        assert fused.kernel_for(plain, np, exact=True).backend == "blocked"
+    variables = [tape.Variable(a) for a in arrays]
+    got = ops.fused_elementwise(variables, expression=with_sums, exact=True)
+    want = run_backend("reference", with_sums, arrays)
+    for g, w in zip(got, want):
+        assert_same(g.numpy(), w, "exact")
