@@ -1,4 +1,5 @@
-"""The blocked backend: the chain evaluated block by block, each step with its op's own kernel.
+"""The blocked backend: the chain evaluated block by block, each step with its op's own kernel
+or the numpy ufunc calls that kernel is made of (``block_program``), into reused scratch.
 
 The broadcast shape is cut along one axis into blocks of about ``BLOCK_BYTES`` per array (all
 axes before it are walked one index at a time), so every intermediate of a block stays in the
@@ -7,11 +8,11 @@ accumulated per block. Steps whose value does not vary along the cut axes (a ste
 vectors) run once, on whole arrays, before the loop.
 
 Results: elementwise outputs equal ``reference`` bit for bit (each element comes from the same
-kernels on the same operands). A reduction sums per block (numpy's pairwise sum inside a block)
-and adds the block sums in order, so it differs from the reference's single pairwise sum only by
-reassociation: |fused - reference| <= (log2(block) + blocks) * eps * sum(|values|) at worst, and
-about sqrt(blocks) * eps * sum(|values|) in practice (eps of the output dtype). Expressions that
-fit one block run the reference backend itself.
+kernels, or the very ufunc loops of ``block_program``, on the same operands). A reduction sums
+each block and adds the block sums in order, so it differs from the reference's sum only in how
+the terms are grouped: |fused - reference| <= count * eps * sum(|values|) (count: elements reduced
+into one, eps: the output dtype's), the bound the tests check. Expressions that fit one block run
+the reference backend itself.
 """
 
 from __future__ import annotations

@@ -47,26 +47,58 @@ def chain_reference(xs, expression):
     return [out, t, out.sum(axis=0), np.asarray(out.mean())]
 
 
-def _fixed(shape, dtype):
-    """Standard-normal inputs in ``dtype`` whatever dtype a check asks for: an expression
-    fixes its inputs' dtypes."""
-    return lambda rng, _: rng.standard_normal(shape).astype(dtype)
+def scaled_expression(shape):
+    """tanh(X * k) * sigmoid(X) - 0.5 * X * X with X float64 and k an int64 vector over the last
+    axis (one float input: the expression fixes its inputs' dtypes, so the dtype-rule test's
+    mixed float variants do not apply); outputs the chain and tanh, sums it over axis 0 and
+    averages it over all."""
+    steps = (
+        _step("elementwise_mul", (("in", 0), ("in", 1))),
+        _step("tanh", (("step", 0),), ()),
+        _step("sigmoid", (("in", 0),), ()),
+        _step("elementwise_mul", (("step", 1), ("step", 2))),
+        _step("scale", (("in", 0),), (("bias", 0.0), ("bias_after_scale", True), ("scale", 0.5))),
+        _step("elementwise_mul", (("step", 4), ("in", 0))),
+        _step("elementwise_sub", (("step", 3), ("step", 5))),
+    )
+    axes = tuple(range(len(shape)))
+    return Expression(
+        inputs=((shape, "float64"), (shape[-1:], "int64")),
+        shape=shape,
+        steps=steps,
+        outputs=(6, 1),
+        reductions=(
+            Reduction(6, (0,), False, False, shape[1:]),
+            Reduction(6, axes, False, True, ()),
+        ),
+        dtypes=("float64",) * 4,
+    )
 
 
-def _case(shape, dtype, name):
-    inputs = [_fixed(shape, dtype), _fixed(shape[-1:], dtype), _fixed(shape[-1:], dtype)]
-    inputs.append(lambda rng, _: np.array(0.5, dtype))
+def scaled_reference(xs, expression):
+    x, k = xs
+    t = np.tanh(x * k)
+    out = t * (1.0 / (1.0 + np.exp(-x))) - 0.5 * x * x
+    return [out, t, out.sum(axis=0), np.asarray(out.mean())]
+
+
+def _case(shape, name):
     return OpCase(
         "fused_elementwise",
-        {"X": inputs},
-        {"expression": chain_expression(shape, dtype)},
-        reference=chain_reference,
+        {
+            "X": [
+                lambda rng, _: rng.standard_normal(shape),
+                lambda rng, _: rng.integers(-3, 4, shape[-1:]),
+            ]
+        },
+        {"expression": scaled_expression(shape)},
+        reference=scaled_reference,
         grad=False,
-        dtypes=(dtype,),
+        dtypes=("float64",),
         name=name,
     )
 
 
-# float64 only: tests/test_gpu.py compares every case's CPU and GPU results at rtol 1e-10;
-# float32 and mixed expressions are checked in tests/ops/test_fused*.py.
-CASES = [_case((3, 4), "float64", "chain"), _case((5, 1, 3), "float64", "chain-3d")]
+# float64 only (the expression fixes it); float32, mixed dtypes and float inputs that broadcast
+# are checked in tests/ops/test_fused*.py.
+CASES = [_case((3, 4), "chain"), _case((5, 1, 3), "chain-3d")]

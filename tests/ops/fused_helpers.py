@@ -59,8 +59,9 @@ def case_inputs(case, dtype):
 
 
 def step_expression(op, values, attrs, out_dtype, chained=False, reduce_axis=None):
-    """One step of ``op`` on external inputs (``chained``: its first input goes through a
-    ``cast`` step to its own dtype first); optionally a sum of the result over an axis."""
+    """``op`` on external inputs as step 0; with ``chained`` also ``op`` again with its first
+    input through a ``cast`` step (to its own dtype) first, as steps 1-2 (outputs: step 0, then
+    step 2); optionally a sum of step 0 over an axis."""
     inputs, args = [], []
     for value in values:
         if value is None:
@@ -72,22 +73,23 @@ def step_expression(op, values, attrs, out_dtype, chained=False, reduce_axis=Non
             refs.append(("in", len(inputs)))
             inputs.append((tuple(array.shape), array.dtype.name))
         args.append(tuple(refs) if isinstance(value, list) else refs[0])
-    steps = []
+    attrs = tuple(sorted(attrs.items()))
+    steps, outputs = [_step(op, tuple(args), attrs)], (0,)
     if chained:
         first = next(i for i, a in enumerate(args) if a is not None)
         ref = args[first] if isinstance(args[first][0], str) else args[first][0]
         steps.append(_step("cast", (ref,), (("out_dtype", inputs[ref[1]][1]),)))
-        new = ("step", 0)
+        new = ("step", 1)
         args[first] = new if isinstance(args[first][0], str) else (new,) + args[first][1:]
-    steps.append(_step(op, tuple(args), tuple(sorted(attrs.items()))))
+        steps.append(_step(op, tuple(args), attrs))
+        outputs = (0, 2)
     shape = tuple(np.broadcast_shapes(*(s for s, _ in inputs)))
-    last = len(steps) - 1
-    reductions, dtypes = (), (out_dtype,)
+    reductions, dtypes = (), (out_dtype,) * len(outputs)
     if reduce_axis is not None:
         kept = tuple(n for a, n in enumerate(shape) if a != reduce_axis)
-        reductions = (Reduction(last, (reduce_axis,), False, False, kept),)
+        reductions = (Reduction(0, (reduce_axis,), False, False, kept),)
         dtypes += (out_dtype,)
-    return Expression(tuple(inputs), shape, tuple(steps), (last,), reductions, dtypes)
+    return Expression(tuple(inputs), shape, tuple(steps), outputs, reductions, dtypes)
 
 
 def _step(op, args, attrs):
