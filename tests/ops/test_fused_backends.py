@@ -16,7 +16,7 @@ from tests.ops.fused_helpers import assert_same, run_backend, small_blocks
 _AXIS = (("axis", -1),)
 
 
-def _arithmetic(shape=(256, 64)):
+def _arithmetic(shape=(2048, 256)):
     """x * a + b, then relu: exact rules only."""
     steps = (
         Step("elementwise_mul", _AXIS, (("in", 0), ("in", 1)), ("mul", "m", None)),
