@@ -9,7 +9,7 @@ compiled callable from ``ops.fusion_backends`` (cached, so each group structure 
   one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
   compile (0.1-0.5 s measured) is paid back: if it is exact arithmetic (no libm function, see
-  ``ops.fusion_backends.table``; 4-6x faster than blocked numpy at every size measured, results
+  ``ops.fusion_backends.table``; 2-6x faster than blocked numpy at every size measured, results
   identical), or if it has at most ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs
   ~15 ns per element and step against numpy's <1 ns SIMD loops, but numpy's ~2 us per call
   dominates small arrays). On a GPU, ``cupy_fuse`` where every step has a generated form, else
