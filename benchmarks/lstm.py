@@ -127,7 +127,7 @@ def setup_fluidtape(config, data):
         for param in params:
             param.clear_grad()
         tape.backward(loss)
-        return loss, [param.grad() for param in params]
+        return loss, [param.grad for param in params]
 
     return step
 

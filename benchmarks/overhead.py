@@ -91,7 +91,7 @@ def setup_fluidtape(config, data):
         loss = h.sum()
         w.clear_grad()
         tape.backward(loss)
-        return loss, [w.grad()]
+        return loss, [w.grad]
 
     return step
 

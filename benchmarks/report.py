@@ -8,8 +8,9 @@ from importlib import metadata
 PEERS = ("numpy", "torch", "autograd")
 
 
-def rows(workload, config, measurements):
-    """One row per implementation: times in the workload's unit, ratios, and the target check."""
+def rows(workload, config, measurements, tiny=False):
+    """One row per implementation: times in the workload's unit, ratios, and the target check
+    (none for ``tiny`` sizes, which only check the harness: their times say nothing)."""
     factor = workload.scale(config)
     medians = {m.name: m.median for m in measurements}
     table = []
@@ -25,7 +26,7 @@ def rows(workload, config, measurements):
             ok = peer in medians and peer != m.name
             row[f"/{peer}"] = f"{m.median / medians[peer]:.2f}x" if ok else ""
         row["others"] = f"{m.others:.2f}" if m.others is not None else "?"
-        row["target"] = _target(workload, m, medians)
+        row["target"] = "(tiny: no verdict)" if tiny else _target(workload, m, medians)
         table.append(row)
     return table
 

@@ -65,7 +65,9 @@ def parse_args(argv):
         action="store_true",
         help="also time fluidtape in lazy mode (fluidtape-lazy: tape.lazy(), plan cache warm)",
     )
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes (checks the harness)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="tiny sizes (checks the harness; no verdicts)"
+    )
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument(
         "--profile",
@@ -136,11 +138,13 @@ def main(argv=None):
                 _profile(workload, args.profile, steps[args.profile], args)
             continue
         print(f"measuring {workload.NAME}: {workload.TITLE} ...", file=sys.stderr, flush=True)
-        table += report.rows(workload, config, harness.measure(steps, options))
+        table += report.rows(workload, config, harness.measure(steps, options), args.tiny)
     if not args.profile:
         print(report.environment(args.threads))
         print(report.format_table(table, markdown=args.markdown))
         print("others: cores other processes kept busy during the timed blocks (want ~0)")
+        if args.tiny:
+            print("tiny sizes (--tiny): this checks the harness; the times judge nothing")
     for note in notes:
         print(f"note: {note}")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from layers import init as _init
+from layers.arguments import size
 from layers.function import Function
 from ops.registry import REGISTRY
 from tape.tape import apply
@@ -201,9 +202,8 @@ class PReLU(Function):
 
     def __init__(self, num_parameters=1, init=0.25, dtype="float32"):
         super().__init__()
-        if int(num_parameters) < 1:
-            raise ValueError(f"num_parameters must be at least 1, got {num_parameters}")
-        self.num_parameters, self.init = int(num_parameters), float(init)
+        self.num_parameters = size(num_parameters, "num_parameters")
+        self.init = float(init)
         self.weight = self.create_parameter(
             (self.num_parameters,), _init.constant(self.init), dtype, name="PReLUWeight"
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from layers import init
+from layers.arguments import size
 from layers.function import Function
 from layers.linear import Linear
 from ops.attention import attention, causal_mask
@@ -76,7 +77,8 @@ class MultiheadAttention(Function):
         self, embed_dim, num_heads, dropout=0.0, bias=True, batch_first=False, dtype="float32"
     ):
         super().__init__()
-        self.embed_dim, self.num_heads = int(embed_dim), int(num_heads)
+        self.embed_dim = size(embed_dim, "embed_dim")
+        self.num_heads = size(num_heads, "num_heads")
         if self.num_heads < 1 or self.embed_dim % self.num_heads:
             raise ValueError(
                 f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from layers import init
+from layers.arguments import size
 from layers.function import Function
 from ops.registry import REGISTRY
 from tape.tape import apply
@@ -52,11 +53,7 @@ def conv_paddings(padding, kernel, stride, dilation):
 
 
 def check_channels(in_channels, out_channels, groups):
-    for name, value in (("in_channels", in_channels), ("out_channels", out_channels)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise ValueError(f"groups must be an int >= 1, got {groups!r}")
+    size(in_channels, "in_channels"), size(out_channels, "out_channels"), size(groups, "groups")
     if in_channels % groups or out_channels % groups:
         raise ValueError(
             f"in_channels ({in_channels}) and out_channels ({out_channels}) "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from layers import init
+from layers.arguments import size
 from layers.function import Function
 from ops.registry import REGISTRY
 from tape.tape import apply
@@ -32,7 +33,8 @@ class Embedding(Function):
         self, num_embeddings, embedding_dim, padding_idx=None, weight_init=None, dtype="float32"
     ):
         super().__init__()
-        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        self.num_embeddings = size(num_embeddings, "num_embeddings")
+        self.embedding_dim = size(embedding_dim, "embedding_dim")
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:
                 raise ValueError(

@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from layers import arguments
 from tape.errors import InputError
 from tape.variable import Variable
 
@@ -29,6 +30,17 @@ class Function:
     >>> Scale()(tape.Variable(np.ones(3, np.float32))).numpy()
     array([2., 2., 2.], dtype=float32)
     """
+
+    # (position, name) of the data inputs a built-in layer's forward converts (layers.arguments)
+    _data_inputs = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        builtin = cls.__module__.split(".")[0] == "layers"
+        if builtin and "__init__" in cls.__dict__:
+            cls.__init__ = arguments.checked_constructor(cls.__dict__["__init__"])
+        if "forward" in cls.__dict__:
+            cls._data_inputs = arguments.data_inputs(cls.forward) if builtin else None
 
     def __init__(self):
         object.__setattr__(self, "_params", OrderedDict())
@@ -74,6 +86,9 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
+        spec = self._data_inputs
+        if spec:
+            args, kwargs = arguments.convert(self, spec, args, kwargs)
         return self.forward(*args, **kwargs)
 
     def named_params(self, prefix=""):
@@ -86,6 +101,11 @@ class Function:
     def params(self):
         """The parameters in a stable order (what optimizers are called on)."""
         return [param for _, param in self.named_params()]
+
+    def parameters(self):
+        """``params()`` under PyTorch's name (a list here, which iterates like PyTorch's
+        generator): ``optim.SGD(model.parameters(), lr=0.1)``."""
+        return self.params()
 
     def children(self):
         return list(self._children.values())

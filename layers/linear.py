@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from layers import init
+from layers.arguments import size
 from layers.function import Function
 from ops.registry import REGISTRY, OpDef, lookup
 from tape.errors import ShapeError, user_location
@@ -56,7 +57,7 @@ class Linear(Function):
         dtype="float32",
     ):
         super().__init__()
-        self.in_dim, self.out_dim = int(in_dim), int(out_dim)
+        self.in_dim, self.out_dim = size(in_dim, "in_dim", 0), size(out_dim, "out_dim", 0)
         bound = 1.0 / math.sqrt(self.in_dim) if self.in_dim > 0 else 0.0
         weight_init = init.with_layout(
             weight_init or init.kaiming_uniform(a=math.sqrt(5)), "in_out"

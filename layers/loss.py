@@ -66,6 +66,23 @@ def _as_variable(value, dtype=None):
     return Variable(np.asarray(value, dtype=dtype))
 
 
+def same_shape(layer, input, target):
+    """Refuses a ``target`` whose shape differs from ``input``'s: the elementwise losses would
+    broadcast (N, 1) against (N,) to (N, N) and silently average the wrong thing (PyTorch warns
+    there; BCEWithLogitsLoss raises)."""
+    if tuple(target.shape) != tuple(input.shape):
+        raise ShapeError(
+            None,
+            f"{type(layer).__name__}: target and input shapes differ",
+            expected=f"target.shape == input.shape == {tuple(input.shape)}",
+            actual=f"target.shape={tuple(target.shape)}",
+            hint="reshape one of them (e.g. target.reshape(input.shape)); broadcasting a loss's "
+            "target is almost always a mistake",
+            location=user_location(),
+        )
+    return target
+
+
 def _signed(target):
     """Integer class targets as a signed type, so a negative ignore_index compares with them."""
     if target.dtype.kind == "i":
@@ -279,7 +296,7 @@ class BCEWithLogitsLoss(_Loss):
         )
 
     def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
+        target = same_shape(self, input, _as_variable(target, input.dtype))
         if target.dtype != input.dtype:
             target = _op("cast")(target, out_dtype=input.dtype)
         loss = _op("sigmoid_cross_entropy_with_logits")(input, target)

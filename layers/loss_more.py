@@ -4,7 +4,7 @@ reduction ("mean", "sum" or "none"; KLDivLoss also "batchmean")."""
 
 from __future__ import annotations
 
-from layers.loss import _as_variable, _Loss, _op
+from layers.loss import _as_variable, _Loss, _op, same_shape
 from tape.errors import ShapeError, user_location
 
 
@@ -17,13 +17,13 @@ class MSELoss(_Loss):
     """
 
     def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
+        target = same_shape(self, input, _as_variable(target, input.dtype))
         return _op("mse")(input, target, reduction=self.reduction)
 
 
 class HuberLoss(_Loss):
     """0.5 * d**2 where |d| < delta, else delta * (|d| - 0.5 * delta), d = input - target, as
-    ``torch.nn.HuberLoss(reduction, delta)`` (op ``huber_loss``; input and target broadcast).
+    ``torch.nn.HuberLoss(reduction, delta)`` (op ``huber_loss``; target of the input's shape).
 
     >>> import numpy as np, tape, layers
     >>> layers.HuberLoss(delta=1.0)(tape.Variable(np.array([0.5, 3.0])), np.zeros(2)).numpy()
@@ -37,7 +37,7 @@ class HuberLoss(_Loss):
         self.delta = float(delta)
 
     def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
+        target = same_shape(self, input, _as_variable(target, input.dtype))
         return self._reduce(_op("huber_loss")(input, target, delta=self.delta))
 
     def __repr__(self):
@@ -61,7 +61,7 @@ class SmoothL1Loss(_Loss):
         self.beta = float(beta)
 
     def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
+        target = same_shape(self, input, _as_variable(target, input.dtype))
         if self.beta == 0.0:
             return self._reduce(_op("abs")(input - target))
         loss = _op("huber_loss")(input, target, delta=self.beta)
@@ -88,7 +88,7 @@ class KLDivLoss(_Loss):
         self.reduction, self.log_target = reduction, bool(log_target)
 
     def forward(self, input, target):
-        target = _as_variable(target, input.dtype)
+        target = same_shape(self, input, _as_variable(target, input.dtype))
         loss = _op("kl_div")(input, target, log_target=self.log_target)
         if self.reduction != "batchmean":
             return self._reduce(loss)

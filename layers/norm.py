@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from layers import init
+from layers.arguments import size, sizes
 from layers.function import Function
 from ops.registry import REGISTRY
 from tape.errors import ShapeError, user_location
@@ -46,7 +47,8 @@ class BatchNorm(Function):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, dtype="float32"):
         super().__init__()
-        self.num_features, self.eps, self.momentum = int(num_features), float(eps), momentum
+        self.num_features = size(num_features, "num_features")
+        self.eps, self.momentum = float(eps), momentum
         shape = (self.num_features,)
         if affine:
             self.weight = self.create_parameter(shape, init.ones(), dtype, name="BatchNormScale")
@@ -137,9 +139,7 @@ class LayerNorm(Function):
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, dtype="float32"):
         super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(int(d) for d in normalized_shape)
+        self.normalized_shape = sizes(normalized_shape, "normalized_shape")
         self.eps = float(eps)
         self.weight = self.bias = None
         if elementwise_affine:
@@ -194,7 +194,8 @@ class GroupNorm(Function):
 
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype="float32"):
         super().__init__()
-        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
+        self.num_groups = size(num_groups, "num_groups")
+        self.num_channels = size(num_channels, "num_channels")
         if self.num_groups < 1 or self.num_channels % self.num_groups:
             raise ValueError(
                 f"num_channels ({self.num_channels}) must be divisible by num_groups "

@@ -14,6 +14,7 @@ step is then one ``h @ weight_hh^T`` product and one fused ``lstm_cell`` / ``gru
 
 from __future__ import annotations
 
+from layers.arguments import size
 from layers.function import Function
 from layers.rnn import GRUCell, LSTMCell
 from ops.registry import REGISTRY
@@ -49,8 +50,8 @@ class _Recurrent(Function):
         dtype="float32",
     ):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        size(input_size, "input_size"), size(hidden_size, "hidden_size")
+        size(num_layers, "num_layers")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.input_size, self.hidden_size = int(input_size), int(hidden_size)

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from layers import init
+from layers.arguments import size
 from layers.function import Function
 from ops.registry import REGISTRY
 from ops.xp import array_module, default_module
@@ -35,7 +36,8 @@ class _Cell(Function):
 
     def __init__(self, input_size, hidden_size, bias=True, dtype="float32"):
         super().__init__()
-        self.input_size, self.hidden_size = int(input_size), int(hidden_size)
+        self.input_size = size(input_size, "input_size")
+        self.hidden_size = size(hidden_size, "hidden_size")
         width = self.gates * self.hidden_size
         # PyTorch: every parameter U(-1/sqrt(hidden), 1/sqrt(hidden)).
         bound = 1.0 / math.sqrt(self.hidden_size) if self.hidden_size > 0 else 0.0

@@ -10,6 +10,7 @@ transposed; everything else copies as it is.
 
 from __future__ import annotations
 
+from layers.arguments import size
 from layers.attention import MultiheadAttention
 from layers.dropout import Dropout
 from layers.function import Function
@@ -65,6 +66,7 @@ class TransformerEncoderLayer(Function):
         super().__init__()
         if isinstance(activation, str) and activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be 'relu', 'gelu' or a function, got {activation!r}")
+        size(dim_feedforward, "dim_feedforward")
         self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first, dtype)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
         self.dropout = Dropout(dropout)

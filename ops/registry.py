@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from tape.errors import AttrError, InputError
+from tape.errors import AttrError, InputError, brief, user_location
 
 REGISTRY: dict[str, "OpDef"] = {}
 
@@ -132,7 +132,7 @@ class Attr:
                 op_type,
                 f"attribute '{name}' has the wrong type",
                 expected=str(err),
-                actual=f"{value!r} ({type(value).__name__})",
+                actual=f"{brief(value)} ({type(value).__name__})",
                 type_error=True,
             ) from None
         if self.choices is not None and value not in self.choices:
@@ -140,14 +140,14 @@ class Attr:
                 op_type,
                 f"attribute '{name}' has an invalid value",
                 expected=f"one of {list(self.choices)}",
-                actual=repr(value),
+                actual=brief(value),
             )
         if self.check is not None and not self.check(value):
             raise AttrError(
                 op_type,
                 f"attribute '{name}' has an invalid value",
                 expected=self.rule or "a value passing the op's check",
-                actual=repr(value),
+                actual=brief(value),
             )
         return value
 
@@ -253,6 +253,7 @@ class OpDef:
                 "too many inputs",
                 expected=f"at most {len(self.input_slots)}: {', '.join(self.input_slots)}",
                 actual=str(len(inputs)),
+                location=user_location(),
             )
         return _dispatch(self, inputs, attrs)
 

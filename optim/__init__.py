@@ -8,7 +8,7 @@ regularization terms, records one in-place update op per parameter and consumes 
     >>> opt = optim.Adam(lr=0.1, grad_clip=optim.ClipGradByGlobalNorm(1.0))
     >>> tape.backward((w * w).sum())
     >>> opt([w])
-    >>> w.numpy(), w.grad()
+    >>> w.numpy(), w.grad
     (array([0.9, 1.9]), None)
 """
 
@@ -16,6 +16,7 @@ from optim import lr_scheduler
 from optim.adagrad import Adagrad
 from optim.adam import Adam, AdamW
 from optim.clip import ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue
+from optim.data_parallel import DistributedDataParallel
 from optim.lr_scheduler import (
     CosineAnnealing,
     ExponentialDecay,
@@ -26,10 +27,13 @@ from optim.lr_scheduler import (
 from optim.optimizer import Optimizer
 from optim.regularizer import L1Decay, L2Decay
 from optim.rmsprop import RMSProp, RMSprop
+from optim.sampler import DistributedSampler
 from optim.sgd import SGD, Momentum
 
 __all__ = [
     "Optimizer",
+    "DistributedDataParallel",
+    "DistributedSampler",
     "SGD",
     "Momentum",
     "Adam",

@@ -16,10 +16,11 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
+from optim.binding import BoundParams
 from optim.lr_scheduler import LRScheduler
 from optim.regularizer import as_regularizer, regularize
 from tape import transaction
-from tape.errors import AttrError, DTypeError, InputError, ShapeError
+from tape.errors import AttrError, DTypeError, InputError, ShapeError, brief
 from tape.grad_mode import no_grad
 from tape.tape import get_global_tape, record
 from tape.variable import Variable
@@ -35,10 +36,12 @@ class ParamState:
         self.plan = None  # the update op's argument layout, built at the first update
 
 
-class Optimizer:
+class Optimizer(BoundParams):
     """Base class. Subclasses set ``op_type`` and ``hyper`` and define ``_slots`` and ``_attrs``.
 
     Args:
+        params: optional, first: the parameters ``step()`` updates (PyTorch's form,
+            ``optim.SGD(model.params(), lr=0.1)``; see ``optim.binding``).
         lr: the learning rate, a float or an ``optim.lr_scheduler`` schedule.
         weight_decay: a float (L2, added to the gradient as in PyTorch) or a regularizer
             (``optim.L1Decay`` / ``optim.L2Decay``).
@@ -119,7 +122,7 @@ class Optimizer:
         In lazy mode the same holds for the run that executes the recorded updates.
         """
         params = self._register(params)
-        pairs = [(p, p.grad()) for p in params if p.grad() is not None]
+        pairs = [(p, p._grad) for p in params if p._grad is not None]
         if not pairs:
             return
         for pair in pairs:
@@ -163,13 +166,9 @@ class Optimizer:
 
     def _register(self, params):
         """The parameters as a list, each seen once; new ones get the next positions."""
-        params = list(params)
+        params = self._parameter_list(params)
         seen = set()
         for param in params:
-            if not isinstance(param, Variable):
-                raise InputError(
-                    self.op_type, "optimizers take a list of Variables", actual=type(param).__name__
-                )
             if id(param) in seen:
                 raise InputError(
                     self.op_type,
@@ -331,7 +330,7 @@ def check_hyper(optimizer, name, value, check=lambda v: v >= 0.0, rule=None):
         raise AttrError(
             None,
             f"{kind}: hyper-parameter '{name}' must be a number",
-            actual=f"{value!r} ({type(value).__name__})",
+            actual=f"{brief(value)} ({type(value).__name__})",
             type_error=True,
         )
     value = float(value)

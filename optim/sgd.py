@@ -10,7 +10,7 @@ class SGD(Optimizer):
     """``param -= lr * grad``; with ``momentum`` > 0, PyTorch's SGD with (Nesterov) momentum.
 
     Args:
-        lr: learning rate (a float or a schedule).
+        lr: learning rate (a float or a schedule; 1e-3 by default, as PyTorch).
         momentum: velocity decay mu; 0 records plain ``sgd`` ops, > 0 ``momentum`` ops.
         nesterov: Nesterov momentum (needs momentum > 0).
         weight_decay: L2 coefficient added to the gradient, or an ``optim.L1Decay``/``L2Decay``.
@@ -20,13 +20,13 @@ class SGD(Optimizer):
     >>> w = tape.Variable(np.ones(2, np.float32), requires_grad=True)
     >>> tape.backward((w * w).sum())
     >>> optim.SGD(lr=0.5)([w])
-    >>> w.numpy(), w.grad()
+    >>> w.numpy(), w.grad
     (array([0., 0.], dtype=float32), None)
     """
 
     hyper = ("momentum", "nesterov")
 
-    def __init__(self, lr, momentum=0.0, nesterov=False, weight_decay=0.0, grad_clip=None):
+    def __init__(self, lr=1e-3, momentum=0.0, nesterov=False, weight_decay=0.0, grad_clip=None):
         super().__init__(lr, weight_decay, grad_clip)
         self.momentum = check_hyper(self, "momentum", momentum)
         self.nesterov = bool(nesterov)
@@ -65,5 +65,5 @@ class Momentum(SGD):
     array([0.75])
     """
 
-    def __init__(self, lr, momentum=0.9, nesterov=False, weight_decay=0.0, grad_clip=None):
+    def __init__(self, lr=1e-3, momentum=0.9, nesterov=False, weight_decay=0.0, grad_clip=None):
         super().__init__(lr, momentum, nesterov, weight_decay, grad_clip)

@@ -6,15 +6,17 @@ Tape(...)
 >>> x = tape.Variable(np.array([1.0, 2.0, 3.0], np.float32), requires_grad=True)
 >>> loss = (x * x).sum()
 >>> tape.backward(loss)
->>> x.grad().numpy()
+>>> x.grad.numpy()
 array([2., 4., 6.], dtype=float32)
 """
 
-import ops  # noqa: F401  (loads the op table first; it wires the engine in)
+# Loads the op table first (it wires the engine in), checking that 'ops' is fluidtape's own.
+from tape._package import VERSION as __version__  # noqa: I001
 from ops.blas import blas_threads, get_num_threads, set_num_threads
 from ops.xp import device, gpu_available
 from tape import backward as _backward
-from tape.checkpoint import load, save
+from tape.checkpoint import CheckpointError, load, save
+from tape.dlpack import from_dlpack
 from tape.errors import (  # noqa: F401  (the public error types)
     AttrError,
     AxisError,
@@ -25,12 +27,17 @@ from tape.errors import (  # noqa: F401  (the public error types)
     IndexingError,
     InputError,
     MutationError,
+    ScalarOverflowError,
     ShapeError,
 )
 from tape.executor import Executor, load_inference_program, save_inference_program
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
+from tape.ir_text import ProgramFormatError
+from tape.dot import draw, to_dot
 from tape.lazy import explain, lazy
+from tape.onnx_export import ExportError, export_onnx
+from tape.memory import memory_report, track_memory
 from tape.op_handle import OpHandle
 from tape.random_state import seed
 from tape.tape import Tape, get_global_tape, reset_global_tape
@@ -84,10 +91,18 @@ __all__ = [
     "GraphError",
     "ExecutionError",
     "MutationError",
+    "ScalarOverflowError",
+    "CheckpointError",
+    "ProgramFormatError",
+    "__version__",
     "save",
     "load",
     "lazy",
     "explain",
+    "track_memory",
+    "to_dot",
+    "draw",
+    "memory_report",
     "Program",
     "Block",
     "OpDesc",
@@ -95,4 +110,7 @@ __all__ = [
     "Executor",
     "save_inference_program",
     "load_inference_program",
+    "from_dlpack",
+    "export_onnx",
+    "ExportError",
 ]

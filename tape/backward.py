@@ -18,8 +18,8 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import guard, replay
-from tape.errors import FluidError, GraphError, InputError, user_location
+from tape import backward_faults, guard, replay, stale
+from tape.errors import GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable, owner
 
@@ -95,16 +95,22 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     """Runs the reverse scan; returns {id: (leaf, grad)} and fills ``wanted`` {id: grad}.
 
     A lazy backward of a tape structure seen before replays the gradient ops it recorded then
-    (``tape.replay``): a training loop runs its gradient makers once."""
+    (``tape.replay``): a training loop runs its gradient makers once. A backward that failed
+    part-way is resumed where it stopped (``tape.backward_faults``)."""
+    progress = backward_faults.resumable(tape, loss, seed, retain_graph, create_graph, wanted)
+    if progress is not None:
+        return _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress)
     _check_loss(loss)
-    if tape.lazy and seed is None and not create_graph and wanted is None and not tape._written:
+    # (gradient hooks need the scan: it sees each leaf's last reader)
+    replayable = tape.lazy and seed is None and not create_graph and not tape._grad_hooks
+    if replayable and wanted is None and not tape._written:
         return replay.gradients(
             tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
         )
     return _scan(tape, loss, seed, retain_graph, create_graph, wanted)
 
 
-def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
+def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None):
     release = not (retain_graph or create_graph)
     # A lazy tape keeps the op itself (it has not run yet) but marks its outputs released, so
     # the scheduler knows no later gradient will read the forward buffers it holds.
@@ -112,49 +118,114 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted):
     if drop:
         tape._structure = None  # it numbers the ops this scan drops
     ops = tape._ops
-    leaves = {}
     written = tape._written  # Variables given new values since ops were recorded: tape.guard
+    if written:
+        guard.verify_shared(tape)  # buffers shared through DLPack written since they were sealed
+    final = _final_reads(ops) if tape._grad_hooks and wanted is None else None
+    flags = (bool(retain_graph), bool(create_graph))
+    scan = backward_faults.Scan(tape, loss, seed, flags, wanted, progress, drop)
+    marked = scan.marked
+    op = index = taken = None
     with _mode(tape, create_graph):
-        pending = {id(loss): [loss, _seed_grad(loss, seed)]}
-        for index in range(len(ops) - 1, -1, -1):
-            op = ops[index]
-            if op is None:
-                continue
-            results = op.results
-            if len(results) == 1 and results[0].__class__ is Variable:
-                out = results[0]
-                item = pending.pop(id(out), None)
-                if item is None:
+        if progress is None:
+            scan.pending = {id(loss): [loss, _seed_grad(loss, seed)]}
+        pending = scan.pending
+        try:
+            for index in range(scan.start, -1, -1):
+                op = ops[index]
+                if op is None or (op.defn.inplace and op.defn.grad_maker is None):
+                    # (an update, e.g. an optimizer's: its outputs are its inputs given new
+                    # values; a gradient reaching them flows on to the Variables themselves)
                     continue
-                gouts = [_total(item)]
-                if wanted is not None and id(out) in wanted:
-                    wanted[id(out)] = gouts[0]
-                if release:
-                    out._released = True
-            else:
-                gouts, reached = _take_output_grads(op, pending, wanted)
-                if not reached:
-                    continue
-                if release:
-                    for var in op.output_vars():
-                        var._released = True
-            if op.defn.grad_maker is not None:
-                if written:
-                    guard.check(written, op)
-                _run_grad_maker(op, gouts, pending)
-            if drop:
-                ops[index] = None
-        if drop:
-            tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
-        for item in pending.values():
-            var, g = item[0], _total(item)
-            if wanted is not None and id(var) in wanted:
-                wanted[id(var)] = g
-            if var._leaf:
-                leaves[id(var)] = (var, g)
-            else:
-                raise _unreachable(var)
+                results = op.results
+                if len(results) == 1 and results[0].__class__ is Variable:
+                    out = results[0]
+                    item = pending.pop(id(out), None)
+                    if item is None:
+                        continue
+                    taken = item  # (the pending entry itself: [var, gradients...])
+                    gouts = [_total(item)]
+                    if wanted is not None and id(out) in wanted:
+                        wanted[id(out)] = gouts[0]
+                    if release:
+                        if marked is None:
+                            out._released = True
+                        else:
+                            _release(op, marked)
+                else:
+                    gouts, taken = _take_output_grads(op, pending, wanted)
+                    if not taken:
+                        continue
+                    if release:
+                        _release(op, marked)
+                if op.defn.grad_maker is not None:
+                    if written:
+                        guard.check(written, op)
+                    _run_grad_maker(op, gouts, pending)
+                if final is not None and index in final:  # no earlier op reads these leaves
+                    _announce(final.pop(index), pending, tape._grad_hooks)
+                if drop:
+                    ops[index] = None
+            op = index = None
+            leaves = _leaves(pending, wanted)
+        except BaseException as err:
+            scan.fail(err, op, index, taken, getattr(err, "partial_sum", False), wanted)
+            raise
+    if drop:
+        tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
     return leaves
+
+
+def _release(op, marked):
+    """Marks ``op``'s outputs released (``marked`` lists the newly marked ones, if not None)."""
+    for var in op.output_vars():
+        if not var._released:
+            var._released = True
+            if marked is not None:
+                marked.append(var)
+
+
+def _leaves(pending, wanted):
+    leaves = {}
+    for item in pending.values():
+        var, g = item[0], _total(item)
+        if g.__class__ is not Variable:  # a hook's deferred gradient (Tape.on_grad_ready)
+            g = g()
+        if wanted is not None and id(var) in wanted:
+            wanted[id(var)] = g
+        if var._leaf:
+            leaves[id(var)] = (var, g)
+        else:
+            raise _unreachable(var)
+    return leaves
+
+
+def _final_reads(ops):
+    """{index: leaves}: the earliest op reading each leaf that requires a gradient; once the
+    reverse scan has passed it, nothing can add to that leaf's gradient any more."""
+    first = {}
+    for index, op in enumerate(ops):
+        if op is not None:
+            for var in op.input_vars():
+                if var._leaf and var.requires_grad and id(var) not in first:
+                    first[id(var)] = (index, var)
+    final = {}
+    for index, var in first.values():
+        final.setdefault(index, []).append(var)
+    return final
+
+
+def _announce(leaves, pending, hooks):
+    """Hands each leaf's final gradient of this backward to the hooks; a hook may return a
+    replacement (a Variable, or a callable giving one once the scan has ended)."""
+    for var in leaves:
+        item = pending.get(id(var))
+        if item is not None:
+            g = _total(item)
+            for hook in hooks:
+                replaced = hook(var, g)
+                g = g if replaced is None else replaced
+            item[1:] = [g]
 
 
 def _check_loss(loss):
@@ -207,23 +278,22 @@ def _seed_grad(loss, seed):
 
 
 def _take_output_grads(op, pending, wanted):
-    gouts, reached = [], False
+    """The gradients reaching ``op``'s outputs (None where none did) and the pending entries
+    they came from, as a tuple (empty: no gradient reached the op)."""
+    gouts, taken = [], []
     for entry in op.results:
         if entry.__class__ is list:
-            grads = [_pop(v, pending, wanted) for v in entry]
-            reached = reached or any(g is not None for g in grads)
-            gouts.append(grads)
+            gouts.append([_pop(v, pending, wanted, taken) for v in entry])
         else:
-            g = _pop(entry, pending, wanted)
-            reached = reached or g is not None
-            gouts.append(g)
-    return gouts, reached
+            gouts.append(_pop(entry, pending, wanted, taken))
+    return gouts, tuple(taken)
 
 
-def _pop(var, pending, wanted):
+def _pop(var, pending, wanted, taken):
     item = pending.pop(id(var), None)
     if item is None:
         return None
+    taken.append(item)
     g = _total(item)
     if wanted is not None and id(var) in wanted:
         wanted[id(var)] = g
@@ -231,22 +301,33 @@ def _pop(var, pending, wanted):
 
 
 def _run_grad_maker(op, gouts, pending):
+    """Runs ``op``'s gradient maker and adds its gradients to ``pending``. An error while
+    adding is marked ``partial_sum`` (some inputs may have their share already)."""
     try:
         gins = op.defn.grad_maker(GradContext(op, gouts))
-    except FluidError as err:
-        raise err.with_context(name=op.name, location=op.location) from None
-    for entry, g in zip(op.args, gins):
-        if g is None or entry is None:
-            continue
-        if entry.__class__ is list:
-            for var, gv in zip(entry, g):
-                if gv is not None and var.requires_grad:
-                    _accumulate(op, var, gv, pending)
-        elif entry.requires_grad:
-            _accumulate(op, entry, g, pending)
+    except BaseException as err:
+        converted = backward_faults.in_gradient(op, err)
+        if converted is err:
+            raise
+        raise converted from err
+    try:
+        for entry, g in zip(op.args, gins):
+            if g is None or entry is None:
+                continue
+            if entry.__class__ is list:
+                for var, gv in zip(entry, g):
+                    if gv is not None and var.requires_grad:
+                        _accumulate(_checked(op, var, gv), var, pending)
+            elif entry.requires_grad:
+                if g.shape != entry.shape or g.dtype != entry.dtype:
+                    g = _checked(op, entry, g)
+                _accumulate(g, entry, pending)
+    except BaseException as err:
+        err.partial_sum = True
+        raise
 
 
-def _accumulate(op, var, g, pending):
+def _checked(op, var, g):
     if g.shape != var.shape:
         raise GraphError(
             op.type,
@@ -258,6 +339,10 @@ def _accumulate(op, var, g, pending):
         # Mixed-dtype inputs (float32 weight, float64 data) give a promoted gradient; every
         # gradient has its variable's dtype, through a recorded cast (lazy and create_graph see it).
         g = apply(REGISTRY["cast"], (g,), {"out_dtype": var.dtype.name})
+    return g
+
+
+def _accumulate(g, var, pending):
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]
@@ -297,17 +382,7 @@ def _total(item):
 
 
 def _unreachable(var):
-    if var._released:
-        return GraphError(
-            "backward",
-            f"gradient reached '{var.name}', whose ops were released by an earlier backward",
-            hint="pass retain_graph=True to the first backward",
-        )
-    return GraphError(
-        "backward",
-        f"gradient reached '{var.name}', which this tape did not record",
-        hint="it was recorded on another tape (was reset_global_tape called in between?)",
-    )
+    return stale.unreachable(var)
 
 
 class _mode:

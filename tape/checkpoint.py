@@ -130,10 +130,21 @@ def _encode(value, arrays, where="optimizer"):
     )
 
 
-def save(path, params, optimizer=None):
+def save(path, params, optimizer=None, format=None, layout="fluidtape"):
     """Writes ``params`` (a layer, a dict name -> Variable, or a list) and, optionally, the
     optimizer's state to ``path`` (exactly that name), atomically: a crash leaves the previous
-    file intact."""
+    file intact.
+
+    ``format`` is "npz" (this module) or "safetensors" (``tape.safetensors_format``); by default
+    a name ending in ``.safetensors`` picks the latter. ``layout="torch"`` (safetensors only)
+    stores ``Linear`` weights as PyTorch's (out, in).
+    """
+    from tape import safetensors_format
+
+    if safetensors_format.chosen(path, format, layout):
+        transposed = safetensors_format.torch_transposed(params, layout)
+        safetensors_format.save(path, named_variables(params), optimizer, transposed)
+        return
     named = named_variables(params)
     arrays = _Arrays()
     entries = [{"name": name, "key": arrays.add(var.value())} for name, var in named.items()]
@@ -153,12 +164,20 @@ def save(path, params, optimizer=None):
 
 
 def _write_atomic(path, members):
-    """np.savez of ``members`` written atomically to ``path``."""
-    write_atomic(path, lambda file: np.savez(file, **members))
+    """np.savez of ``members`` (or ``members`` itself when it is bytes) written atomically to
+    ``path``."""
+    if isinstance(members, bytes):
+        write_atomic(path, lambda file: file.write(members))
+    else:
+        write_atomic(path, lambda file: np.savez(file, **members))
 
 
-def load(path, params, optimizer=None, strict=True):
+def load(path, params, optimizer=None, strict=True, layout="fluidtape"):
     """Loads a checkpoint written by ``save`` into ``params`` (and ``optimizer``), by name.
+
+    A ``.safetensors`` file (by name, or by its header) goes to ``tape.safetensors_format``,
+    with the same guarantees; ``layout="torch"`` reads ``Linear`` weights as PyTorch's
+    (out, in), e.g. a ``torch.nn`` model's ``state_dict`` saved by ``safetensors.torch``.
 
     Everything is validated before anything is assigned: the archive, the manifest's own
     SHA-256, each array's declared size (before it is read), shape, dtype and SHA-256, that every
@@ -169,6 +188,12 @@ def load(path, params, optimizer=None, strict=True):
     (``tape.transaction``).
     """
     path = os.fspath(path)
+    from tape import safetensors_format
+
+    if safetensors_format.chosen(path, None, layout):
+        transposed = safetensors_format.torch_transposed(params, layout)
+        safetensors_format.load(path, named_variables(params), optimizer, strict, transposed)
+        return
     named = named_variables(params)
     with _opened(path) as archive:
         manifest = _read_manifest(path, archive)

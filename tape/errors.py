@@ -53,6 +53,21 @@ def user_location(skip=1):
 _inside, _formatted = {}, {}
 
 
+def brief(value, limit=80):
+    """A short description of ``value`` for an error message: a Variable's or array's shape and
+    dtype instead of its values, a list of Variables by count, other reprs cut to ``limit``."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        name = getattr(value, "_name", None)
+        label = f" '{name}'" if name else ""
+        return f"{type(value).__name__}{label} of shape {tuple(shape)}, dtype {dtype}"
+    if isinstance(value, (list, tuple)) and any(hasattr(v, "shape") for v in value):
+        kinds = sorted({type(v).__name__ for v in value})
+        return f"{type(value).__name__} of {len(value)} ({', '.join(kinds)})"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
 class FluidError(Exception):
     """Base of the library's errors; carries the op, the headline, expected/actual and a hint."""
 

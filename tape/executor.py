@@ -57,9 +57,10 @@ class Executor:
 
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
-        OpDescs, indices or names) need; returns the fetched values in order. Nothing is
-        committed (scope, bound Variables) unless the whole run succeeds."""
-        feed = dict(feed or {})
+        OpDescs, indices or names) need; returns the fetched values in order. ``feed`` maps
+        names, or Variables of the tape the program came from, to arrays. Nothing is committed
+        (scope, bound Variables) unless the whole run succeeds."""
+        feed = _by_name(program, feed)
         if program.loaded:
             program = confined(program, self.write_dir)
         compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
@@ -241,6 +242,14 @@ def _inside(root, path, op):
             actual=repr(path),
         )
     return target
+
+
+def _by_name(program, feed):
+    """``feed`` keyed by variable name (Variables are keys too, as in ``fetch_list``)."""
+    return {
+        (program.name_of(key) if isinstance(key, Variable) else key): value
+        for key, value in (feed or {}).items()
+    }
 
 
 def updated_in_place(block):

@@ -8,6 +8,16 @@ from tape.tape import state
 
 
 class _GradMode:
+    """A context manager and decorator; used bare on a function (``@no_grad``) it decorates it
+    as ``@no_grad()`` does, as in PyTorch."""
+
+    def __new__(cls, fn=None):
+        if fn is None:
+            return super().__new__(cls)
+        if not callable(fn):
+            raise TypeError(f"{cls.__name__}() takes no arguments (or a function to decorate)")
+        return cls()(fn)
+
     def __init__(self, enabled):
         self.enabled = enabled
 
@@ -37,16 +47,21 @@ class no_grad(_GradMode):
     ...     y = w * 2
     >>> y.requires_grad
     False
+    >>> @tape.no_grad  # or @tape.no_grad()
+    ... def double(v):
+    ...     return v * 2
+    >>> double(w).requires_grad
+    False
     """
 
-    def __init__(self):
+    def __init__(self, fn=None):
         super().__init__(False)
 
 
 class enable_grad(_GradMode):
     """Re-enables gradient recording inside a ``no_grad`` block."""
 
-    def __init__(self):
+    def __init__(self, fn=None):
         super().__init__(True)
 
 

@@ -205,7 +205,9 @@ def _rebind(var, out):
     tape._structure = None  # it numbers variables by the ops that hold them
 
 
-_SWAPPED = tuple(s for s in Variable.__slots__ if s not in ("_name", "persistable", "__weakref__"))
+_SWAPPED = tuple(
+    s for s in Variable.__slots__ if s not in ("_name", "persistable", "_origin", "__weakref__")
+)
 
 
 def _swapped(entry, swap):

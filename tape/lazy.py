@@ -23,13 +23,14 @@ kernels.
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 
 import numpy as np
 
 from ops.xp import to_numpy
-from tape import guard, rollback
+from tape import guard, interpret, rollback
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
@@ -41,6 +42,7 @@ from tape.variable import Failed, owner
 class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = 0, False, None, False
+        self.compile = None
 
 
 options = _Options()
@@ -58,6 +60,9 @@ class lazy:
             equal eager mode's bit for bit. By default many small products of an unrolled loop
             are batched into large ones, which is faster and equal to eager mode within
             reassociation rounding.
+        compile: None (default): a tape structure seen for the first time is interpreted
+            (``tape.interpret``, about eager mode's cost) and compiled into a cached plan, with
+            the rewrites, from its second sighting on; True: always compile; False: never.
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
@@ -71,9 +76,11 @@ class lazy:
     True [0. 2.]
     """
 
-    def __init__(self, enabled=True, threads=0, validate=False, debug=None, exact=False):
+    def __init__(
+        self, enabled=True, threads=0, validate=False, debug=None, exact=False, compile=None
+    ):
         self.enabled = bool(enabled)
-        self.settings = (int(threads), bool(validate), debug, bool(exact))
+        self.settings = (int(threads), bool(validate), debug, bool(exact), compile)
 
     def __enter__(self):
         from tape.tape import get_global_tape, state
@@ -83,13 +90,19 @@ class lazy:
         # tape right away (held, it would double the objects the garbage collector scans).
         self.saved = (
             state.lazy,
-            (options.threads, options.validate, options.debug, options.exact),
+            (options.threads, options.validate, options.debug, options.exact, options.compile),
             weakref.ref(current),
             current.record_all,
         )
         state.lazy = current.lazy = self.enabled
         current.record_all = current.record_all or self.enabled
-        options.threads, options.validate, options.debug, options.exact = self.settings
+        (
+            options.threads,
+            options.validate,
+            options.debug,
+            options.exact,
+            options.compile,
+        ) = self.settings
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -108,7 +121,13 @@ class lazy:
             ):
                 _run(current, None)  # with this block's options
         finally:
-            options.threads, options.validate, options.debug, options.exact = settings
+            (
+                options.threads,
+                options.validate,
+                options.debug,
+                options.exact,
+                options.compile,
+            ) = settings
         if current is not None and current.lazy != outer:
             current.lazy = outer
             current.record_all = record_all if current is entered else outer
@@ -158,14 +177,39 @@ def _run_locked(tape, targets):
         missing = scan.missing_target()
         if missing is None:
             entry = CACHE.get(scan.key)
-            if entry is None:
-                entry = compile_trace(scan, options.debug)
-                CACHE.put(scan.key, entry)
-            missing = _execute(tape, scan, entry)
+            if entry is None and not _compiles(scan.key):
+                missing = interpret.run(tape, scan)
+            else:
+                if entry is None:
+                    entry = compile_trace(scan, options.debug)
+                    CACHE.put(scan.key, entry)
+                missing = _execute(tape, scan, entry)
             if missing is None:
+                tape.maybe_compact()
                 return
         _repend_producer(tape, missing)
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
+
+
+_SEEN = collections.OrderedDict()  # structures run once (interpreted), least recent first
+_SEEN_LIMIT = 256
+
+
+def _compiles(key):
+    """Whether a run of this structure compiles a plan (analysis, rewrites, a cached plan)
+    instead of being interpreted: from its second sighting on, or always when the options ask
+    for what only plans do (threads, validation, debug output, ``compile=True``)."""
+    if options.compile is not None:
+        return options.compile
+    if options.threads > 1 or options.validate or options.debug:
+        return True
+    if key in _SEEN:
+        del _SEEN[key]
+        return True
+    _SEEN[key] = None
+    if len(_SEEN) > _SEEN_LIMIT:
+        _SEEN.popitem(last=False)
+    return False
 
 
 def _gradients(tape, targets):
@@ -257,7 +301,6 @@ def _commit(tape, scan, entry, compiled, vals):
     updated = [variables[s] for s in entry.updated_slots]
     if updated:
         guard.note_writes(updated, "an in-place update (a lazy run)")
-    tape.compact()
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):

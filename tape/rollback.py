@@ -78,9 +78,13 @@ def _settle(op, failed, computed):
     for var in op.output_vars():
         if any(var is v for v in inputs):
             var._pending = None
-        elif pure and id(var) in computed:
+        elif not pure:  # a random draw the restored generator will make again
+            var._value, var._pending = None, failed
+        elif id(var) in computed:
             var._value, var._pending = computed[id(var)], None
-        elif var._value is None:
+        elif var._value is not None:  # computed (and stored) before the failure
+            var._pending = None
+        else:
             var._pending = failed
 
 

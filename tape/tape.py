@@ -15,9 +15,9 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import guard, transaction
+from tape import guard, stale, transaction
 from tape.errors import ExecutionError, FluidError, user_location
-from tape.guard import LIVE_TAPES
+from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
 from tape.variable import Variable
 
@@ -43,10 +43,13 @@ class Tape:
         self._leaf_grads = []
         self._written = {}  # id(var) -> (ops recorded then, var, how, where): see tape.guard
         self._undo = []  # (op, callback) run when a lazy run that was to run op fails
+        self._resume = None  # a failed eager backward's progress (tape.backward_faults)
         self._run_lock = threading.RLock()
+        self._compact_at = None  # the length at which maybe_compact() next compacts
+        self._grad_hooks = []  # on_grad_ready: checked by backward only when non-empty
         self.lazy = lazy
         self.record_all = record_all or lazy
-        LIVE_TAPES.add(self)
+        guard.register(self)
 
     @property
     def ops(self):
@@ -62,8 +65,8 @@ class Tape:
         ``inputs`` and ``outputs`` map slot names to lists of Variables; output slots left out get
         new Variables. Returns the output Variable, or a tuple of them for several output slots.
         """
-        defn = registry.lookup(type)
         try:
+            defn = registry.lookup(type)
             args = slot_entries(
                 defn,
                 defn.input_slots,
@@ -106,8 +109,26 @@ class Tape:
 
         backward(self, loss, grad, retain_graph, create_graph)
 
+    def on_grad_ready(self, hook):
+        """Calls ``hook(leaf, grad)`` during each backward over this tape as soon as a leaf's
+        gradient from that backward is final (the reverse scan has passed every op reading the
+        leaf), while the rest of backward still runs: data parallel starts its all-reduce there.
+        ``hook`` returns None, a replacement gradient Variable, or a callable returning one,
+        called once the scan has ended (before the gradients are accumulated into the leaves).
+        """
+        self._grad_hooks.append(hook)
+
     def reset(self):
-        self._ops, self._structure, self._written = [], None, {}
+        self._ops, self._structure, self._written, self._resume = [], None, {}, None
+
+    def maybe_compact(self):
+        """``compact()`` once the tape has doubled since it was last compacted (amortised: a
+        tape whose ops all stay is not scanned after every run)."""
+        if self._compact_at is None:  # the first run: a tape reset every step never compacts
+            self._compact_at = 2 * len(self._ops) + 64
+        elif len(self._ops) >= self._compact_at:
+            self.compact()
+            self._compact_at = 2 * len(self._ops) + 64
 
     def compact(self, keep=None):
         """Removes dropped ops (and, for a lazy tape, the ops that ran and that no backward can
@@ -126,12 +147,13 @@ class Tape:
         for index, op in enumerate(kept):
             op.index = index
         self._ops, self._structure = kept, None
-        if self._written:  # an entry counts the ops recorded before a write
-            self._written = {
-                key: (bisect.bisect_left(old, count),) + entry[1:]
-                for key, entry in self._written.items()
-                for count in (entry[0],)
-            }
+        with guard.LOCK:  # (another thread may be noting a write on this tape)
+            if self._written:  # an entry counts the ops recorded before a write
+                self._written = {
+                    key: (bisect.bisect_left(old, count),) + entry[1:]
+                    for key, entry in self._written.items()
+                    for count in (entry[0],)
+                }
 
     def __repr__(self):
         mode = "lazy" if self.lazy else "eager"
@@ -180,6 +202,8 @@ def reset_global_tape() -> Tape:
         from tape.lazy import flush
 
         flush(old)
+    if old is not None:
+        stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
     state.tape = Tape(lazy=state.lazy)
     return state.tape
 
@@ -255,6 +279,8 @@ def record(tape, defn, args, attrs, given=None):
     """
     if state.trusted and defn.fast and given is None:
         return _run_trusted(defn, args, attrs)
+    if SHARED:  # a buffer another library may write (tape.dlpack): checksum what this op reads
+        guard.seal(tape, args)
     try:
         descs = defn.infer(attrs, *args)
     except FluidError as err:
@@ -324,7 +350,12 @@ def _run_single(defn, attrs, args):
 def _run_trusted(defn, args, attrs):
     """Gradient ops of an eager backward that records nothing: the makers built them from
     checked forward shapes, so the kernel's result describes itself (no inference needed)."""
-    value = _run_single(defn, attrs, args)
+    try:
+        value = _run_single(defn, attrs, args)
+    except FluidError:
+        raise
+    except Exception as err:
+        raise ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}") from err
     return Variable._make(value, value.shape, value.dtype, False)
 
 

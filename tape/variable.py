@@ -14,11 +14,12 @@ import numpy as np
 
 from ops.xp import array_module, to_numpy
 from tape.errors import DTypeError, FluidError, GraphError, InputError, ShapeError, user_location
+from tape.tensor_style import TensorStyle
 
 _serial = itertools.count()
 
 
-class Variable:
+class Variable(TensorStyle):
     """A named, typed handle to an array that ops read and write.
 
     Args:
@@ -44,6 +45,7 @@ class Variable:
         "_released",
         "persistable",
         "_pending",
+        "_origin",  # set only on outputs of a tape reset_global_tape() ended (tape.stale)
         "__weakref__",
     )
     # numpy defers to our reflected operators (array + var -> var.__radd__) instead of looping.
@@ -164,10 +166,6 @@ class Variable:
         self._pending = None
         guard.note_writes((self,), "set_value")
 
-    def grad(self):
-        """The accumulated gradient as a Variable, or None if backward has not reached it."""
-        return self._grad
-
     def clear_grad(self):
         """Drops the accumulated gradient (optimizer updates do this for you)."""
         self._grad = None
@@ -177,6 +175,18 @@ class Variable:
         sharing is safe)."""
         value = self._array()
         return Variable._make(value, value.shape, value.dtype, False)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """The buffer as a DLPack capsule, without a copy: read-only to DLPack 1.0 consumers,
+        and checked for writes by the other library before backward (``tape.dlpack``)."""
+        from tape.dlpack import export
+
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        from tape.dlpack import device
+
+        return device(self)
 
     def __array__(self, dtype=None, copy=None):
         array = self.numpy()
@@ -279,14 +289,16 @@ class Failed:
     __slots__ = ("cause",)
 
     def __init__(self, cause):
-        self.cause = cause
+        # Only the failure's text: the exception itself would keep its traceback's frames, and
+        # with them every Variable of the failed run, alive as long as the mark.
+        text = str(cause)
+        self.cause = f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}"
 
     def error(self):
-        cause = self.cause
         return GraphError(
             None,
             "the lazy run that was to compute this value failed, and its ops were dropped",
-            actual=f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}",
+            actual=self.cause,
             hint="record the computation again (the parameters kept their values)",
         )
 

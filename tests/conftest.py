@@ -8,3 +8,20 @@ from hypothesis import settings
 settings.register_profile("ci", database=None, print_blob=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(params=["interpreted", "compiled"])
+def lazy_tier(request, monkeypatch):
+    """Runs a test once with every lazy run interpreted (tape.interpret, a structure's first
+    sighting) and once with every run compiled into a plan (its later sightings)."""
+    import tape  # noqa: F401
+
+    module = sys.modules["tape.lazy"]
+    compiled = request.param == "compiled"
+    monkeypatch.setattr(module, "_compiles", lambda key: compiled)
+    return request.param

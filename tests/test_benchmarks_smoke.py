@@ -112,3 +112,12 @@ def test_kernel_timer_counts_calls_and_restores_the_kernels():
         step()
     assert counts["tanh"] == workload.TINY["n_ops"] // 3 and totals["tanh"] > 0
     assert REGISTRY["tanh"].kernel is before
+
+
+def test_tiny_sizes_give_no_verdict():
+    steps = {"numpy": lambda: None, "fluidtape": lambda: None}
+    options = harness.Options(reps=2, block=0.0, warmup=0.0, pause=0.0)
+    measurements = harness.measure(steps, options)
+    table = report.rows(MODULES["mlp"], MODULES["mlp"].TINY, measurements, tiny=True)
+    text = report.format_table(table)
+    assert "(tiny: no verdict)" in text and "met" not in text and "MISSED" not in text

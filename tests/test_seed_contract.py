@@ -1,4 +1,4 @@
-"""The public contract of DESIGN.md: the seed's training loop and its low-level add_op form."""
+"""The public contract of docs/design.md: the seed's training loop and its low-level add_op form."""
 
 import numpy as np
 
@@ -12,7 +12,7 @@ def test_the_seed_training_loop_runs_as_written(capsys):
     l1, l2, mean = layers.Linear(3, 3, act="relu"), layers.Linear(3, 3, act="relu"), layers.Mean()
     sgd = optim.SGD(lr=0.001)
     losses = []
-    for step in range(100):  # noqa: B007  (the loop exactly as DESIGN.md writes it)
+    for step in range(100):  # noqa: B007  (the loop exactly as docs/design.md writes it)
         tape.reset_global_tape()
         x = tape.Variable(np.random.rand(8, 3).astype(np.float32))
         loss = mean(l2(l1(x)))

@@ -85,20 +85,28 @@ class _SumsOfProducts(Scan):
         return True
 
     def _terms(self, index):
-        """The terms of sum ``index`` with nested private sums expanded, and those sums."""
+        """The terms of sum ``index`` with nested private sums expanded (depth first, in input
+        order: an explicit stack, as a chain of sums can be as long as the tape), and those
+        sums."""
         terms, absorbed = [], set()
-        for name in self.block.ops[index].inputs["X"]:
-            producer = self.producer(name)
-            if (
-                producer is not None
-                and self.block.ops[producer].type == "sum"
-                and name not in self.keep
-                and self.readers[name] == [index]
-            ):
-                inner, nested = self._terms(producer)
-                terms += inner
-                absorbed |= nested | {producer}
-            else:
+        stack = [(index, 0)]  # (sum op, next input position)
+        while stack:
+            sum_index, position = stack.pop()
+            names = self.block.ops[sum_index].inputs["X"]
+            while position < len(names):
+                name = names[position]
+                position += 1
+                producer = self.producer(name)
+                if (
+                    producer is not None
+                    and self.block.ops[producer].type == "sum"
+                    and name not in self.keep
+                    and self.readers[name] == [sum_index]
+                ):
+                    absorbed.add(producer)
+                    stack.append((sum_index, position))  # resume here after the inner sum
+                    stack.append((producer, 0))
+                    break
                 terms.append(name)
         return terms, absorbed
 

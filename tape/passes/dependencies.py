@@ -5,8 +5,14 @@ writes it runs after the readers since that write (write after read) and after t
 (write after write). Random ops keep their program order among themselves, so a seeded run draws
 the same numbers; ops with side effects (``side_effect`` or in-place outputs: saves, prints,
 optimizer updates) keep theirs too. Every edge points forward in program order, so program order
-is a valid schedule and "happens before" is one pass of bitset unions. The transitive reduction
-drops a -> c when a -> b -> c: the schedule only needs the edges that remain.
+is a valid schedule.
+
+The transitive reduction drops a -> c when a -> b -> c: the schedule only needs the edges that
+remain. Deciding "a happens before c" exactly for every pair is quadratic (the seed's bitsets:
+n bits per op); here each question is a search bounded by ``HORIZON`` ops, so the reduction is
+exact for paths found within the horizon and keeps an edge otherwise. A kept redundant edge
+costs the thread pool one count, never correctness. Cost: O(E * HORIZON) for E edges, linear in
+the tape for the bounded degrees real tapes have (chains, unrolled loops, trees, wide layers).
 """
 
 from __future__ import annotations
@@ -15,23 +21,40 @@ import dataclasses
 
 from ops.registry import REGISTRY
 
+HORIZON = 32  # ops a happens-before search may visit
+
 
 @dataclasses.dataclass(frozen=True)
 class Dependencies:
     """The op DAG of one block.
 
-    ``edges[i]``: successors of op i from the rules above (sorted); ``ancestors[j]``: a bitset of
-    the ops that happen before op j; ``successors``/``dependency_count``: the reduced DAG and each
-    op's number of reduced predecessors (what a thread pool waits on).
+    ``edges[i]``: successors of op i from the rules above (sorted); ``predecessors[j]``: the ops
+    op j waits for; ``successors``/``dependency_count``: the reduced DAG and each op's number of
+    reduced predecessors (what a thread pool waits on).
     """
 
     edges: tuple
-    ancestors: tuple
+    predecessors: tuple
     successors: tuple
     dependency_count: tuple
 
-    def happens_before(self, a, b) -> bool:
-        return bool((self.ancestors[b] >> a) & 1)
+    def happens_before(self, a, b, horizon=None) -> bool:
+        """Whether op ``a`` must finish before op ``b`` starts (a path a -> ... -> b). Without a
+        ``horizon`` the search is exhaustive; with one it gives up (False) after visiting that
+        many ops, the conservative answer for every use here."""
+        if a >= b:
+            return False
+        seen, todo = {b}, [b]
+        while todo:
+            for p in self.predecessors[todo.pop()]:
+                if p == a:
+                    return True
+                if p > a and p not in seen:
+                    if horizon is not None and len(seen) >= horizon:
+                        return False
+                    seen.add(p)
+                    todo.append(p)
+        return False
 
     def edge_count(self, reduced=True) -> int:
         return sum(len(s) for s in (self.successors if reduced else self.edges))
@@ -47,29 +70,24 @@ def ordered_kind(defn):
 
 
 def analyse(block) -> Dependencies:
-    """Builds the DAG of ``block``'s ops, its happens-before relation and its reduction."""
-    preds = _predecessors(block.ops)
-    count = len(block.ops)
+    """Builds the DAG of ``block``'s ops and its (bounded) transitive reduction."""
+    preds = [tuple(sorted(p)) for p in _predecessors(block.ops)]
+    count = len(preds)
     edges = [[] for _ in range(count)]
-    ancestors = [0] * count
-    for j in range(count):
-        mask = 0
-        for i in sorted(preds[j]):
+    for j, before in enumerate(preds):
+        for i in before:
             edges[i].append(j)
-            mask |= ancestors[i] | (1 << i)
-        ancestors[j] = mask
-    successors, dependency_count = [], [0] * count
-    for i in range(count):
-        direct = 0
-        for c in edges[i]:
-            direct |= 1 << c
-        # c is redundant when another successor b of i happens before c (i -> b -> ... -> c).
-        kept = tuple(c for c in edges[i] if not ancestors[c] & direct)
-        successors.append(kept)
-        for c in kept:
-            dependency_count[c] += 1
+    deps = Dependencies(tuple(map(tuple, edges)), tuple(preds), (), ())
+    reduced = [[] for _ in range(count)]
+    dependency_count = [0] * count
+    for j, before in enumerate(preds):
+        for i in before:
+            # i -> j is redundant when another predecessor k of j is reached from i.
+            if not any(k > i and deps.happens_before(i, k, HORIZON) for k in before if k != i):
+                reduced[i].append(j)
+                dependency_count[j] += 1
     return Dependencies(
-        tuple(tuple(e) for e in edges), tuple(ancestors), tuple(successors), tuple(dependency_count)
+        deps.edges, deps.predecessors, tuple(map(tuple, reduced)), tuple(dependency_count)
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from ops.registry import REGISTRY
+from tape.passes.dependencies import HORIZON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +50,14 @@ def plan_memory(block, deps, keep=()) -> MemoryPlan:
     gc_after = [[] for _ in block.ops]
     free_after = [[] for _ in block.ops]
     for name, ops in users.items():
-        later = 0
-        for op in ops:
-            later |= deps.ancestors[op]
-        # A user in some other user's ancestors happens before it: the other one frees.
-        last = tuple(op for op in ops if not (later >> op) & 1)
+        # A user that happens before another user is not a last user: the other one frees.
+        # (Bounded: each user is compared with the next few, within the search horizon; a last
+        # user it cannot rule out is kept, which only adds a count to the reference.)
+        last = tuple(
+            op
+            for k, op in enumerate(ops)
+            if not any(deps.happens_before(op, other, HORIZON) for other in ops[k + 1 : k + 5])
+        )
         last_users[name] = last
         if name in kept:
             continue

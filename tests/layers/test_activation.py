@@ -195,7 +195,7 @@ def test_invalid_arguments_of_the_new_layers_are_rejected():
         layers.Hardtanh(1.0, 1.0)
     with pytest.raises(ValueError, match="attribute 'alpha' has an invalid value"):
         layers.CELU(0.0)
-    with pytest.raises(ValueError, match="num_parameters must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=r"PReLU: argument 'num_parameters' is out of range"):
         layers.PReLU(0)
     with pytest.raises(ValueError, match="X's extent along dim -1 must be even"):
         layers.GLU()(tape.Variable(np.ones((2, 3))))

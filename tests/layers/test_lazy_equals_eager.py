@@ -1,10 +1,13 @@
 """A model using every layer here gives the same loss and gradients in lazy and eager mode."""
 
 import numpy as np
+import pytest
 
 import layers
 import ops
 import tape
+
+pytestmark = pytest.mark.usefixtures("lazy_tier")  # both lazy tiers
 
 
 def test_lazy_mode_reproduces_eager_losses_and_gradients():

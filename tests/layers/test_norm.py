@@ -103,7 +103,7 @@ def test_float32_stays_float32():
         x = tape.Variable(_randn(*shape).astype(np.float32), requires_grad=True)
         out = layer(x)
         tape.backward(out.sum())
-        grads = [x.grad()] + [p.grad() for p in layer.params()]
+        grads = [x.grad] + [p.grad for p in layer.params()]
         assert out.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
     assert layers.BatchNorm2d(3).running_var.dtype == np.float32
 

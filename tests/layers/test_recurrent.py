@@ -135,7 +135,7 @@ def test_wrong_shapes_name_the_layer_and_the_shapes():
         lstm(tape.Variable(np.zeros((5, 2, 3), np.float32)), (bad, bad))
     with pytest.raises(ValueError, match="at least one time step"):
         layers.GRU(3, 4)(tape.Variable(np.zeros((0, 2, 3), np.float32)))
-    with pytest.raises(ValueError, match="num_layers must be >= 1"):
+    with pytest.raises(ValueError, match="GRU: argument 'num_layers' is out of range"):
         layers.GRU(3, 4, num_layers=0)
 
 

@@ -8,6 +8,8 @@ import optim
 import tape
 from tests.optim.problem import coefficients, initial_values, tape_loss
 
+pytestmark = pytest.mark.usefixtures("lazy_tier")  # both lazy tiers
+
 CONFIGS = {
     "sgd": lambda: optim.SGD(lr=0.05, weight_decay=optim.L1Decay(0.01)),
     "momentum_clip_value": lambda: optim.Momentum(

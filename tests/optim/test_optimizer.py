@@ -131,7 +131,7 @@ def test_updates_never_name_unnamed_parameters():
 
 
 def test_non_variables_are_rejected():
-    with pytest.raises(InputError, match="optimizers take a list of Variables"):
+    with pytest.raises(InputError, match="SGD: the parameters must be a list of Variables"):
         optim.SGD(lr=0.1)([np.zeros(3)])
 
 

@@ -17,6 +17,8 @@ import tape
 from tape import atomic
 from tests.reliability.faults import FailingFile, Injector, kernels_injected
 
+pytestmark = pytest.mark.usefixtures("lazy_tier")  # both lazy tiers
+
 ERRORS = [RuntimeError("injected"), KeyboardInterrupt, MemoryError]
 MODES = {"eager": dict(enabled=False), "lazy": dict(), "lazy-threads": dict(threads=2)}
 OPTIMIZERS = {

@@ -12,6 +12,8 @@ from ops.registry import unregister
 from tape.passes.plan import CACHE
 from tests.scheduler.test_lazy import _register_boom
 
+pytestmark = pytest.mark.usefixtures("lazy_tier")  # both lazy tiers
+
 
 def _model():
     tape.seed(0)

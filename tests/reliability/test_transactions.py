@@ -104,7 +104,7 @@ def test_computing_the_update_in_the_gradient_buffer_changes_no_bit(name):
         if name != "nesterov":
             assert all(p._value is b() for p, b in zip(params, buffers, strict=True))
         _backward(held, 1.0 + step)
-        grads = [p.grad() for p in held]  # held by the user: never overwritten
+        grads = [p.grad for p in held]  # held by the user: never overwritten
         copies = [g.numpy().copy() for g in grads]
         held_opt(held)
         for g, c in zip(grads, copies, strict=True):

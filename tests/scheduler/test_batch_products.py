@@ -255,7 +255,7 @@ def test_shared_weight_gradients_match_eager_mode(steps, rows, n_in, n_out, tran
     xs = [rng.standard_normal((rows[t % len(rows)], n_in)).astype(dtype) for t in range(steps)]
 
     def run(lazy):
-        with tape.lazy(lazy):
+        with tape.lazy(lazy, compile=True):
             t = tape.reset_global_tape()
             w = tape.Variable(w_value, requires_grad=True)
             loss = None

@@ -189,3 +189,18 @@ def test_saved_inference_program_runs_the_same_in_a_fresh_process(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['image'] ['scores']"
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+def test_feed_accepts_the_variables_themselves_as_keys():
+    t = tape.Tape(lazy=True)
+    x = tape.Variable(np.zeros((2, 2), np.float32), name="x")
+    y = t.add_op("relu", {"X": [x]})
+    program = tape.Program.from_tape(t)
+    data = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
+    by_variable = tape.Executor().run(program, feed={x: data}, fetch_list=[y])[0]
+    by_name = tape.Executor().run(program, feed={"x": data}, fetch_list=[y])[0]
+    np.testing.assert_array_equal(by_variable, np.maximum(data, 0))
+    np.testing.assert_array_equal(by_variable, by_name)
+    stranger = tape.Variable(np.zeros(2))
+    with pytest.raises(tape.GraphError, match="is not used by this program"):
+        tape.Executor().run(program, feed={stranger: np.zeros(2)}, fetch_list=[y])

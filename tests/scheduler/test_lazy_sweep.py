@@ -16,6 +16,8 @@ from tape.testing import (
 )
 from tests.ops.test_registry_sweep import CASES
 
+pytestmark = pytest.mark.usefixtures("lazy_tier")  # both lazy tiers
+
 
 def _copy(values):
     return [

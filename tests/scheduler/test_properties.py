@@ -25,13 +25,13 @@ from tests.ops.test_registry_sweep import CASES
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _record(choose, lazy, threads=0, steps=None, exact=True, keep_history=False):
+def _record(choose, lazy, threads=0, steps=None, exact=True, keep_history=False, compile=None):
     """Records a random tape; ``choose(n)`` picks in range(n). Returns the recorded Variables'
     values, the gradients of a weighted sum of them, and the tape. Lazy runs are ``exact`` by
     default, so they equal eager mode bit for bit even in the rare tape where enough products
     share an operand for ``batch_products`` to join them (test_batch_products covers that)."""
     tape.seed(0)
-    with np.errstate(all="ignore"), tape.lazy(lazy, threads=threads, exact=exact):
+    with np.errstate(all="ignore"), tape.lazy(lazy, threads=threads, exact=exact, compile=compile):
         recording = tape.reset_global_tape()
         recording.keep_history = keep_history  # (a Program is built from it afterwards)
         pool = []
@@ -204,8 +204,8 @@ def test_nothing_is_freed_before_its_last_use_and_everything_freeable_is_freed(d
 def _extended(log, attrs, shape):
     """Replays a tape, adds one scale op, and returns how many plan-cache misses running it
     cost (1 for a structure never seen, 0 for a cached one)."""
-    with tape.lazy():
-        _record(_replay(log), lazy=True)
+    with tape.lazy(compile=True):
+        _record(_replay(log), lazy=True, compile=True)
         extra = ops.scale(tape.Variable(np.ones(shape, np.float32)), **attrs)
         before = CACHE.misses
         extra.numpy()
@@ -217,9 +217,9 @@ def _extended(log, attrs, shape):
 def test_the_plan_cache_hits_for_the_same_structure_and_misses_for_a_change(data, scale):
     CACHE.clear()
     log = []
-    _record(_chooser(data, log), lazy=True)
+    _record(_chooser(data, log), lazy=True, compile=True)
     misses = CACHE.misses
-    _record(_replay(log), lazy=True)  # new Variables, same structure
+    _record(_replay(log), lazy=True, compile=True)  # new Variables, same structure
     assert CACHE.misses == misses
     assert _extended(log, {"scale": scale}, (3,)) == 1
     assert _extended(log, {"scale": scale}, (3,)) == 0

@@ -1,0 +1,315 @@
+"""The lazy scheduler's first tier: run a tape's pending ops directly, in one linear pass.
+
+A structure seen for the first time (a tree, a parse, a new sequence length: a DyNet-style
+model's usual case) is run without building the IR or compiling a plan, so a cache miss costs
+about what eager mode costs (``tape.lazy`` compiles a plan, with the rewrites, only for a
+structure it has seen before). One reverse scan over the pending ops decides everything the
+passes decide:
+
+- prune: an op runs if it is random or has side effects (eager mode would have run it), if it
+  computes a requested value or an input of an op that runs, or if it reads a value that a later
+  op of the run updates in place (it must see the old value, as in eager mode);
+- keep: a computed value stays when it is requested, read by a pending op left out of the run,
+  saved by an op a later backward may differentiate, persistable, or held by the user (reference
+  counts, as ``tape.trace`` decides); every other value produced on the tape is freed right
+  after its last reader in the run;
+- order: tape order is topological, so the run follows it.
+
+Pure outputs are stored into their Variables as they are computed; in-place updates (an
+optimizer's) are staged and committed only when the whole run succeeded (``tape.transaction``),
+so a failure is rolled back like any lazy run's (``tape.rollback``). Cost: O(n) in the pending
+ops, a few dictionary operations per input and output.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+import numpy as np
+
+from ops.xp import _NDARRAY
+from tape import guard, rollback
+from tape.errors import ExecutionError, FluidError, GraphError
+from tape.passes.plan import kernel_for
+from tape.transaction import uninterrupted
+from tape.variable import Failed, owner
+
+_count = sys.getrefcount
+_ABSENT = object()
+
+
+def run(tape, scan):
+    """Runs what ``scan`` (a ``tape.trace.Trace`` of ``tape``) asks for; returns a freed input
+    that must be recomputed first, or None."""
+    decision = _decide(tape, scan)
+    if decision.__class__ is not _Decision:
+        return decision  # a Variable to recompute
+    snapshot = rollback.Snapshot(any(op.defn.random for op in decision.ops))
+    staged = {}
+    committed = False
+    try:
+        _execute(tape, decision, snapshot, staged, scan.xp, scan.variables)
+        with uninterrupted():
+            _commit(tape, decision, staged)
+            committed = True
+    except BaseException as err:
+        if not committed:
+            rollback.abort(tape, list(decision.ops), err, snapshot, {})
+        raise
+    return None
+
+
+class _Decision:
+    """What one run does: the ops in order and, per op, an instruction (see ``_instruction``)."""
+
+    __slots__ = ("ops", "steps", "updated")
+
+    def __init__(self, ops, steps, updated):
+        self.ops, self.steps, self.updated = ops, steps, updated
+
+
+def _decide(tape, scan):
+    pending = scan.pending
+    variables, refs, index = scan.variables, scan.refs, scan.numbering.index
+    targets = {id(variables[s]) for s in scan.targets}
+    needed = {key: None for key in targets}  # id -> Variable read by a chosen op (or a target)
+    overwritten, outside, saved, last_use = set(), set(), set(), {}
+    chosen, produced_last, in_place = [], [], []
+    for op in reversed(pending):
+        defn = op.defn
+        args = op.args
+        if defn.fast and not (defn.random or defn.side_effect or defn.inplace):
+            # One output, one Variable per input, pure: the common case, kept short.
+            out = op.results[0]
+            key = id(out)
+            wanted = needed.pop(key, _ABSENT) is not _ABSENT
+            if not wanted and not (overwritten and any(id(a) in overwritten for a in args)):
+                outside.update(map(id, args))
+                continue  # (else it must read an old value before a later update)
+            position = len(chosen)
+            chosen.append(op)
+            produced_last.append(() if wanted or key in last_use else (out,))
+            in_place.append(False)
+            for var in args:
+                key = id(var)
+                needed[key] = var
+                if key not in last_use:
+                    last_use[key] = position
+            if defn.differentiable and defn.grad_maker is not None and _awaits(op.results):
+                saved.add(id(out))
+                for slot, var in zip(defn.input_slots, args):
+                    if slot not in defn.no_need_buffer:
+                        saved.add(id(var))
+            continue
+        outputs = op.results if defn.single_output else op.output_vars()
+        inputs = args if defn.simple_inputs else op.input_vars()
+        runs = defn.random or defn.side_effect or defn.inplace
+        if not runs:
+            for var in outputs:
+                if id(var) in needed:
+                    runs = True
+                    break
+            else:
+                if overwritten:
+                    for var in inputs:
+                        if id(var) in overwritten:
+                            runs = True
+                            break
+        if not runs:
+            outside.update(map(id, inputs))
+            continue
+        position = len(chosen)
+        chosen.append(op)
+        unread, bound = [], False
+        for var in outputs:
+            key = id(var)
+            if needed.pop(key, _ABSENT) is _ABSENT and key not in last_use:
+                unread.append(var)  # computed, read by nothing the run does
+            for arg in inputs:
+                if arg is var:  # an output bound to an input: written in place
+                    bound = True
+                    overwritten.add(key)
+        produced_last.append(unread)
+        in_place.append(bound)
+        for var in inputs:
+            key = id(var)
+            needed[key] = var
+            if key not in last_use:
+                last_use[key] = position
+        if defn.differentiable and defn.grad_maker is not None and _awaits(outputs):
+            saved.update(map(id, outputs))
+            for slot, entry in zip(defn.input_slots, args):
+                if entry is not None and slot not in defn.no_need_buffer:
+                    saved.update(map(id, entry) if entry.__class__ is list else (id(entry),))
+    # What no chosen op computes must be ready now (computed earlier, or on another tape).
+    for var in needed.values():
+        if var is None:
+            continue  # a target nothing computes: its value is already there (Trace checked)
+        if var._value is None or var._pending is not None:
+            missing = _settle_input(tape, var)
+            if missing is not None:
+                return missing
+    keep = targets | outside | saved
+    where = scan.numbering.where
+    frees = [[] for _ in chosen]
+    for key, position in last_use.items():
+        if key not in keep:
+            slot = index.get(key)
+            if slot is not None and where[slot].__class__ is not weakref.ref:
+                frees[position].append((slot, refs[slot]))
+    for position, unread in enumerate(produced_last):
+        for var in unread:
+            key = id(var)
+            if key not in keep and not var.persistable:
+                slot = index[key]
+                frees[position].append((slot, refs[slot]))
+    kernels, xp = {}, scan.xp
+    steps = []
+    for position in range(len(chosen) - 1, -1, -1):
+        op = chosen[position]
+        defn = op.defn
+        kernel = kernels.get(defn)
+        if kernel is None:
+            kernel = kernels[defn] = kernel_for(defn, xp)
+        # (kernel, attrs, inputs, a plain op's results tuple or None, bound?, frees); the tuple,
+        # not the output itself: the refcount test counts what the tape's ops hold
+        results = op.results if defn.fast else None
+        steps.append(
+            (kernel, op.attrs, op.args, results, in_place[position], tuple(frees[position]))
+        )
+    chosen.reverse()
+    return _Decision(chosen, steps, overwritten)
+
+
+def _awaits(outputs):
+    """Whether a backward may still differentiate the op computing ``outputs``."""
+    wants = False
+    for var in outputs:
+        if var._released:
+            return False
+        wants = wants or var.requires_grad
+    return wants
+
+
+def _settle_input(tape, var):
+    """Makes an input computed elsewhere ready; returns it if this tape must recompute it."""
+    pending = var._pending
+    if pending.__class__ is Failed:
+        raise pending.error()
+    computes = owner(var) if pending is not None else None
+    if computes is not None and computes is not tape:
+        var._array()  # another tape's value: run that tape first
+        return None
+    if var._value is None:
+        if computes is tape:
+            return var
+        raise GraphError(
+            None,
+            f"variable '{var.name}' has no value",
+            hint="it is an empty handle that no op has written",
+        )
+    var._pending = None
+    return None
+
+
+def _execute(tape, decision, snapshot, staged, xp, variables):
+    """Runs the decided ops in order, freeing after each what it read last."""
+    is_numpy = xp is np
+    position = 0
+    try:
+        for kernel, attrs, args, results, bound, frees in decision.steps:
+            if results is not None:  # one output, one Variable per input: the common case
+                if staged:
+                    result = kernel(xp, attrs, *[_value(v, staged) for v in args])
+                else:
+                    result = kernel(xp, attrs, *[v._value for v in args])
+                if is_numpy and result.__class__ is not _NDARRAY:
+                    result = np.asarray(result)
+                out = results[0]
+                if bound:
+                    staged[id(out)] = (out, result)  # an in-place update: committed with the run
+                else:
+                    out._value, out._pending = result, None
+                out = None
+            else:
+                _general(decision.ops[position], kernel, xp, staged, is_numpy)
+            if frees:
+                for slot, known in frees:
+                    var = variables[slot]
+                    # getrefcount sees its argument, ``var``, the variables list and the tape's
+                    # ops: any further reference is the user's.
+                    if _count(var) <= known + 3:
+                        if var._value is not None:
+                            snapshot.release(var)
+                        var._pending = weakref.ref(tape)
+                var = None
+            position += 1
+    except FluidError as err:
+        op = decision.ops[position]
+        raise err.with_context(name=op.name, location=op.location, op=op.type) from None
+    except Exception as err:
+        op = decision.ops[position]
+        raise ExecutionError(
+            op.type,
+            f"kernel failed: {type(err).__name__}: {err}",
+            name=op.name,
+            location=op.location,
+        ) from err
+
+
+def _general(op, kernel, xp, staged, is_numpy):
+    """An op with several outputs, list inputs or absent ones."""
+    values = [
+        None
+        if entry is None
+        else [_value(v, staged) for v in entry]
+        if entry.__class__ is list
+        else _value(entry, staged)
+        for entry in op.args
+    ]
+    results = kernel(xp, op.attrs, *values)
+    _store(op, (results,) if op.defn.single_output else results, staged, is_numpy)
+
+
+def _value(var, staged):
+    if staged:
+        value = staged.get(id(var))
+        if value is not None:
+            return value[1]
+    return var._value
+
+
+def _store(op, results, staged, is_numpy):
+    inputs = op.args if op.defn.simple_inputs else op.input_vars()
+    for entry, result in zip(op.results, results):
+        if entry is None:
+            continue
+        if entry.__class__ is list:
+            for var, value in zip(entry, result):
+                _put(var, value, inputs, staged, is_numpy)
+        else:
+            _put(entry, result, inputs, staged, is_numpy)
+
+
+def _put(var, value, inputs, staged, is_numpy):
+    if is_numpy and value.__class__ is not _NDARRAY:
+        value = np.asarray(value)
+    if any(var is a for a in inputs) or id(var) in staged:
+        staged[id(var)] = (var, value)  # an in-place update: committed with the run
+    else:
+        var._value, var._pending = value, None
+
+
+def _commit(tape, decision, staged):
+    for var, value in staged.values():
+        var._value, var._pending = value, None
+    ran = {id(op) for op in decision.ops}
+    tape._pending_ops = [op for op in tape._pending_ops if id(op) not in ran]
+    if tape._undo:
+        tape._undo = [(op, undo) for op, undo in tape._undo if id(op) not in ran]
+    if staged:
+        guard.note_writes([var for var, _ in staged.values()], "an in-place update (a lazy run)")
+
+
+__all__ = ["run"]
