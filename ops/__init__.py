@@ -27,6 +27,7 @@ from ops import nll, loss_more, distance  # noqa: F401
 from ops import movement, padding, triangular, contraction, along_axis, scattering  # noqa: F401
 from ops import advanced_indexing, masking, creation  # noqa: F401
 from ops import collective  # noqa: F401
+from ops import fused  # noqa: F401  (fused_elementwise: the fusion pass's kernels)
 from tape import operators as _operators
 from tape import tape as _engine
 

@@ -145,7 +145,9 @@ def memory_report(tape=None):
     """The live buffers grouped by the op and line that made them (largest first), what is
     held across iterations, and the predicted peak of the last lazy plan (of ``tape``, by
     default the global tape or the one ``reset_global_tape`` last replaced)."""
-    variables = [o for o in gc.get_objects() if isinstance(o, Variable)]
+    # type(), not isinstance(): a weakref.proxy whose referent died (numba keeps some) raises
+    # ReferenceError on isinstance.
+    variables = [o for o in gc.get_objects() if issubclass(type(o), Variable)]
     gradients = {id(v._grad) for v in variables if v._grad is not None}
     groups, held, seen = {}, {}, set()
     for var in variables:

@@ -308,6 +308,7 @@ NOT_EXPORTABLE.update(
         "cumprod": "ONNX has no cumulative product",
         "cummax": "ONNX has no cumulative maximum",
         "cummin": "ONNX has no cumulative minimum",
+        "fused_elementwise": "a lazy plan's fused group, never on a recorded tape: export the ops",
     }
 )
 _COLLECTIVE = "a communication op (MPI): an exported model runs in one process"

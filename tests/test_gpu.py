@@ -62,3 +62,26 @@ def test_gpu_backward_equals_cpu():
         grads.append((x.grad().numpy(), w.grad().numpy()))
     for cpu, gpu in zip(*grads):
         np.testing.assert_allclose(gpu, cpu, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("backend", ["auto", "reference", "cupy"])
+def test_gpu_fused_kernels_equal_cpu(backend, dtype):
+    """A fused chain (broadcast vectors, a constant, two outputs, two reductions) on cupy equals
+    the CPU's reference: cupy.fuse's kernels within the device's libm differences."""
+    from ops import fused
+    from tests.ops.cases_fused import chain_expression
+    from tests.ops.fused_helpers import libm_tol, run_backend
+
+    expression = chain_expression((512, 64), dtype)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(d) for s, d in expression.inputs]
+    expected = run_backend("reference", expression, arrays)
+    import cupy
+
+    with fused.backend(backend):
+        got = fused.kernel_for(expression, cupy)(*[cupy.asarray(a) for a in arrays])
+    rtol, atol = libm_tol(expression)
+    for g, e in zip(got, expected):
+        assert isinstance(g, cupy.ndarray) and g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(cupy.asnumpy(g), e, rtol=max(rtol, 1e-5), atol=max(atol, 1e-5))

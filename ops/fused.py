@@ -1,0 +1,205 @@
+"""The op ``fused_elementwise``: a group of elementwise ops run as one kernel (issue 9).
+
+The fusion pass (``tape/passes/fusion.py``) replaces a group of connected elementwise ops by one
+``fused_elementwise`` op whose attribute ``expression`` (``ops.fused_expression.Expression``) says
+what to compute; this module registers the op and picks, per expression and array module, a
+compiled callable from ``ops.fusion_backends`` (cached, so each group structure compiles once):
+
+- ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of
+  one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
+  generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
+  compile (0.1-0.5 s measured) is paid back: if it is exact arithmetic (no libm function, see
+  ``ops.fusion_backends.table``; 2-6x faster than blocked numpy at every size measured, results
+  identical), or if it has at most ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs
+  ~15 ns per element and step against numpy's <1 ns SIMD loops, but numpy's ~2 us per call
+  dominates small arrays). On a GPU, ``cupy_fuse`` where every step has a generated form, else
+  ``reference``.
+- ``"reference"``, ``"blocked"``, ``"numba"``, ``"cupy"``: that backend (``numba`` and ``cupy``
+  fall back to ``blocked``/``reference`` for an expression they cannot generate).
+
+>>> import ops.fused as fused
+>>> with fused.backend("reference"):
+...     fused.current_backend()
+'reference'
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+
+import numpy as np
+
+from ops.fused_expression import Expression
+from ops.registry import Attr, register
+from tape.errors import AttrError, DTypeError, InputError, ShapeError
+
+BACKENDS = ("auto", "reference", "blocked", "numba", "cupy")
+# Seconds an expression runs in numpy before auto compiles it with numba (the largest compile
+# time measured, benchmarks/README.md); and the largest expression with libm functions it moves.
+NUMBA_AFTER_SECONDS = 0.5
+NUMBA_LIBM_MAX_SIZE = 1024
+_CACHE_SIZE = 256
+
+_setting = {"backend": "auto"}
+_cache = collections.OrderedDict()
+
+
+def _infer(attrs, xs):
+    expression = attrs["expression"]
+    if not isinstance(expression, Expression):
+        raise AttrError(
+            None,
+            "attribute 'expression' has the wrong type",
+            expected="an ops.fused_expression.Expression",
+            actual=type(expression).__name__,
+        )
+    if len(xs) != len(expression.inputs):
+        raise InputError(
+            None,
+            "the number of inputs differs from the expression's",
+            expected=str(len(expression.inputs)),
+            actual=str(len(xs)),
+        )
+    for k, (x, (shape, dtype)) in enumerate(zip(xs, expression.inputs)):
+        if tuple(x.shape) != tuple(shape):
+            raise ShapeError(
+                None, f"input X[{k}] has another shape than the expression's", shape, x.shape
+            )
+        if x.dtype != np.dtype(dtype):
+            raise DTypeError(
+                None, f"input X[{k}] has another dtype than the expression's", dtype, x.dtype
+            )
+    shapes = expression.output_shapes
+    return ([(shape, np.dtype(d)) for shape, d in zip(shapes, expression.dtypes)],)
+
+
+@register(
+    "fused_elementwise",
+    inputs=("X*",),
+    outputs=("Out*",),
+    attrs={"expression": Attr("any", required=True), "exact": Attr("bool", False)},
+    infer=_infer,
+    differentiable=False,
+    returns=lambda results: results[0],  # the list of output Variables
+)
+def fused_elementwise(xp, attrs, xs):
+    """Out = the expression's outputs: its materialised steps, then its reductions, computed by
+    the backend chosen for it (see the module docstring). An error in a step is raised as that
+    step's original op would raise it (its type, name and recorded-at line). With ``exact``
+    every output is bit for bit what the unfused ops give (lazy mode's ``exact=True``).
+
+    Not differentiable: the fusion pass fuses forward and gradient ops after backward was built.
+    """
+    run = kernel_for(attrs["expression"], xp, attrs["exact"])
+    return (run(*xs),)  # one entry per output slot: Out*
+
+
+def kernel_for(expression, xp, exact=False):
+    """The compiled callable for ``expression`` with array module ``xp`` under the current
+    backend setting (compiled on first use, then cached). ``exact``: only ways that give every
+    output bit for bit as unfused execution does (see ``_compile_exact``)."""
+    key = (expression, xp, _setting["backend"], exact)
+    found = _cache.get(key)
+    if found is None:
+        compile_ = _compile_exact if exact else _compile
+        found = _cache[key] = compile_(expression, xp, key[2])
+        if len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return found
+
+
+def _compile_exact(expression, xp, name):
+    """Bit for bit with unfused execution: blocked numpy for elementwise outputs, numba where
+    every rule is exact; a reduction (which blocks and numba reassociate) or a GPU (whose fused
+    kernels may use other libm code) keeps the reference."""
+    from ops.fusion_backends import blocked, numba_loops, reference
+
+    if expression.reductions or xp is not np or name in ("reference", "cupy"):
+        return reference.compile(expression, xp)
+    exact_numba = numba_loops.available() and numba_loops.covers(expression, exact=True)
+    if name == "numba" and exact_numba:
+        return numba_loops.compile(expression, xp)
+    if name == "auto" and exact_numba:
+        return _Adaptive(expression, blocked.compile(expression, xp))
+    return blocked.compile(expression, xp)
+
+
+def _compile(expression, xp, name):
+    from ops.fusion_backends import blocked, cupy_fuse, numba_loops, reference
+
+    if name == "reference":
+        return reference.compile(expression, xp)
+    if name == "blocked":
+        return blocked.compile(expression, xp)
+    if name == "numba":
+        if xp is np and numba_loops.available() and numba_loops.covers(expression):
+            return numba_loops.compile(expression, xp)
+        return blocked.compile(expression, xp)
+    if name == "cupy" or xp is not np:
+        if cupy_fuse.covers(expression) and (name == "cupy" or hasattr(xp, "fuse")):
+            return cupy_fuse.compile(expression, xp)
+        return reference.compile(expression, xp)
+    return _Adaptive(expression, blocked.compile(expression, xp))
+
+
+class _Adaptive:
+    """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS``; then numba, where it
+    is installed and measured faster (see the module docstring)."""
+
+    __slots__ = ("expression", "run", "spent", "backend", "__weakref__")
+
+    def __init__(self, expression, run):
+        from ops.fusion_backends import numba_loops
+
+        self.expression, self.run, self.spent = expression, run, 0.0
+        self.backend = getattr(run, "backend", "blocked")
+        if not (numba_loops.available() and numba_loops.covers(expression)):
+            self.spent = None  # never moves
+        elif expression.size > NUMBA_LIBM_MAX_SIZE and not numba_loops.covers(expression, True):
+            self.spent = None  # libm functions on large arrays: numpy's SIMD loops win
+
+    def __call__(self, *inputs):
+        if self.spent is None:
+            return self.run(*inputs)
+        start = time.perf_counter()
+        outs = self.run(*inputs)
+        self.spent += time.perf_counter() - start
+        if self.spent >= NUMBA_AFTER_SECONDS:
+            from ops.fusion_backends import numba_loops
+
+            self.run = numba_loops.compile(self.expression, np)
+            self.spent, self.backend = None, "numba"
+        return outs
+
+
+def current_backend():
+    """The backend setting in force ('auto' unless changed)."""
+    return _setting["backend"]
+
+
+def set_backend(name):
+    """Makes ``name`` (one of BACKENDS) the backend of every fused kernel; returns the previous."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown fusion backend {name!r}; valid: {', '.join(BACKENDS)}")
+    previous, _setting["backend"] = _setting["backend"], name
+    return previous
+
+
+@contextlib.contextmanager
+def backend(name):
+    """Runs the block with fused kernels on backend ``name``; e.g. ``with backend("reference")``."""
+    previous = set_backend(name)
+    try:
+        yield
+    finally:
+        set_backend(previous)
+
+
+def clear_cache():
+    """Drops every compiled kernel (they recompile on next use)."""
+    _cache.clear()
+
+
+__all__ = ["fused_elementwise", "kernel_for", "set_backend", "backend", "current_backend"]

@@ -1,0 +1,152 @@
+"""How fused_elementwise chooses and caches backends, and its runs on the emulated GPU."""
+
+import numpy as np
+import pytest
+
+import ops
+import tape
+from ops import fused
+from ops.fused_expression import Expression, Step
+from ops.fusion_backends import blocked, numba_loops
+from ops.fusion_backends.blocked import _Blocked, _cut
+from tape.testing_device import EmulatedDevice, installed
+from tests.ops.cases_fused import chain_expression
+from tests.ops.fused_helpers import assert_same, run_backend, small_blocks
+
+_AXIS = (("axis", -1),)
+
+
+def _arithmetic(shape=(2048, 256)):
+    """x * a + b, then relu: exact rules only."""
+    steps = (
+        Step("elementwise_mul", _AXIS, (("in", 0), ("in", 1)), ("mul", "m", None)),
+        Step("elementwise_add", _AXIS, (("step", 0), ("in", 2)), ("add", "a", None)),
+        Step("relu", (), (("step", 1),), ("relu", "r", None)),
+    )
+    vector = ((shape[-1],), "float32")
+    return Expression(((shape, "float32"), vector, vector), shape, steps, (2,), (), ("float32",))
+
+
+def _arrays(expression, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(d) for s, d in expression.inputs]
+
+
+@pytest.fixture
+def fresh_cache():
+    fused.clear_cache()
+    yield
+    fused.clear_cache()
+
+
+def test_auto_runs_one_block_on_the_reference_and_larger_ones_in_blocks(fresh_cache):
+    small = chain_expression((8, 8), "float32")
+    large = chain_expression((1024, 512), "float32")
+    assert fused.kernel_for(small, np).backend == "reference"
+    assert fused.kernel_for(large, np).backend == "blocked"
+
+
+def test_auto_moves_exact_expressions_to_numba_once_they_paid_for_it(fresh_cache, monkeypatch):
+    monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 0.0)
+    exact, libm = _arithmetic(), chain_expression((2048, 256), "float32")
+    inputs = _arrays(exact)
+    first = fused.kernel_for(exact, np)
+    expected = first(*inputs)
+    second = first(*inputs)
+    assert first.backend == ("numba" if numba_loops.available() else "blocked")
+    assert_same(second[0], expected[0], "numba against blocked")
+    chain = fused.kernel_for(libm, np)
+    chain(*_arrays(libm))
+    chain(*_arrays(libm))
+    assert chain.backend == "blocked"  # tanh and exp: numpy's SIMD loops are faster
+    small = chain_expression((8, 8), "float32")
+    tiny = fused.kernel_for(small, np)
+    tiny(*_arrays(small))
+    tiny(*_arrays(small))
+    assert tiny.backend == ("numba" if numba_loops.available() else "reference")
+
+
+def test_equal_expressions_share_one_compiled_kernel(fresh_cache):
+    one, two = chain_expression((4, 3), "float32"), chain_expression((4, 3), "float32")
+    assert one is not two and one == two and hash(one) == hash(two)
+    automatic = fused.kernel_for(one, np)
+    assert fused.kernel_for(two, np) is automatic
+    with fused.backend("blocked"):
+        assert fused.kernel_for(two, np) is not automatic  # one entry per backend setting
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown fusion backend 'fast'; valid: auto, reference"):
+        fused.set_backend("fast")
+    assert fused.current_backend() == "auto"
+
+
+def test_blocked_runs_steps_on_broadcast_vectors_once_before_the_blocks():
+    vector = ((64,), "float64")
+    steps = (
+        Step("elementwise_mul", _AXIS, (("in", 1), ("in", 2)), ("mul", "m", None)),
+        Step("tanh", (), (("step", 0),), ("tanh", "t", None)),
+        Step("elementwise_add", _AXIS, (("in", 0), ("step", 1)), ("add", "a", None)),
+    )
+    expression = Expression(
+        (((512, 64), "float64"), vector, vector), (512, 64), steps, (2,), (), ()
+    )
+    expression = Expression(
+        *[getattr(expression, f) for f in ("inputs", "shape", "steps")],
+        (2, 1),
+        (),
+        ("float64", "float64"),
+    )
+    with small_blocks(1024):
+        plan = _Blocked(expression, np, *_cut(expression))
+    assert plan.fixed == {0, 1} and len(plan.program.code) == 1
+    x, a, b = _arrays(expression)
+    outs = plan.run(x, a, b)
+    assert_same(outs[0], x + np.tanh(a * b), "blocked")
+    assert_same(outs[1], np.tanh(a * b), "hoisted output")
+
+
+def test_blocked_reuses_two_buffers_for_the_whole_chain():
+    expression = chain_expression((4096, 256), "float32")
+    plan = _Blocked(expression, np, *_cut(expression))
+    assert plan.program.buffers == [((None, 256), np.dtype("float32"))] * 2
+    assert blocked.BLOCK_BYTES == 1024 * 1024 and plan.chunk == 1024
+
+
+@pytest.mark.parametrize("name", ["auto", "reference", "blocked", "cupy"])
+def test_fused_kernels_run_on_the_emulated_gpu(name, fresh_cache):
+    """On a device, each backend computes with the device module and never copies to the host."""
+    device = EmulatedDevice()
+    expression = chain_expression((64, 16), "float64")
+    arrays = _arrays(expression)
+    expected = run_backend("reference", expression, arrays)
+    with installed(device), fused.backend(name):
+        variables = [tape.Variable(device.asarray(a)) for a in arrays]
+        device.reset_counts()
+        outs = ops.fused_elementwise(variables, expression=expression)
+        values = [o.value() for o in outs]
+        assert device.counts["to_host"] == 0
+        assert all(isinstance(v, device.ndarray) for v in values)
+        got = [device.asnumpy(v) for v in values]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_exact_keeps_every_output_bit_for_bit(fresh_cache):
+    """exact=True (lazy mode's exact): no reassociated reductions, no libm from numba."""
+    with_sums = chain_expression((2048, 256), "float32")
+    arrays = _arrays(with_sums)
+    assert fused.kernel_for(with_sums, np, exact=True).backend == "reference"
+    assert fused.kernel_for(with_sums, np).backend == "blocked"
+    plain = Expression(
+        *[getattr(with_sums, f) for f in ("inputs", "shape", "steps", "outputs")],
+        (),
+        with_sums.dtypes[:2],
+    )
+    with fused.backend("numba"):
+        assert fused.kernel_for(plain, np, exact=True).backend == "blocked"
+    variables = [tape.Variable(a) for a in arrays]
+    got = ops.fused_elementwise(variables, expression=with_sums, exact=True)
+    want = run_backend("reference", with_sums, arrays)
+    for g, w in zip(got, want):
+        assert_same(g.numpy(), w, "exact")
