@@ -167,13 +167,14 @@ class Compiled:
     def plan(self, held, exact=False):
         """The plan when the user holds the variables in slots ``held`` (kept as well);
         ``exact``: without the rewrites that reorder floating-point sums."""
-        compiled = self.plans.get((held, exact))
+        key = (held, exact, pipeline.FUSION)
+        compiled = self.plans.get(key)
         if compiled is None:
             keep = self.keep | {self.names[s] for s in held}
             compiled = pipeline.schedule(
                 self.analysis, keep, self.slot_of, len(self.names), self.xp, self.debug, exact
             )
-            self.plans[(held, exact)] = compiled
+            self.plans[key] = compiled
         return compiled
 
     def freed_variables(self, plan):

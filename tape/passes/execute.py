@@ -134,7 +134,9 @@ def run_threaded(plan, vals, workers):
 
 def _failure(plan, index, err, completed):
     op_type, name, location = plan.meta[index]
-    if isinstance(err, FluidError):
+    if isinstance(err, FluidError) and err.op is not None and err.op != op_type:
+        failure = err  # already names the op it came from (a step of a fused kernel)
+    elif isinstance(err, FluidError):
         failure = err.with_context(name=name, location=location, op=op_type)
     else:
         failure = ExecutionError(

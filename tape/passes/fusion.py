@@ -8,7 +8,9 @@ from one to the other -- so the fused op can stand where the group's first membe
 external input exists there already. A trailing sum or mean over a member's full-shape value
 (``reduce_sum``, ``reduce_mean``, ``mean``, ``sum_to_shape``: a broadcast gradient's reduction,
 a loss) closes the group as one of its outputs, except with ``exact`` (a blocked sum is a
-reordered sum). Binary ops join only where Paddle's ``axis`` means numpy broadcasting.
+reordered sum). Binary ops join only where Paddle's ``axis`` means numpy broadcasting. With
+``exact`` the fused kernels give every value bit for bit as the unfused ops do
+(``ops.fused``).
 
 A member's value is materialised (an output of the fused op) when a later op outside the group
 reads it or the caller keeps it (fetches, what the user holds, what a later backward needs);
@@ -45,11 +47,11 @@ def fusable(defn):
 
 
 class _Group:
-    __slots__ = ("start", "members", "reductions", "closed", "inputs")
+    __slots__ = ("start", "members", "reductions", "closed", "inputs", "shape")
 
-    def __init__(self, start):
+    def __init__(self, start, shape):
         self.start, self.members, self.reductions = start, [start], []
-        self.closed, self.inputs = False, set()
+        self.closed, self.inputs, self.shape = False, set(), shape
 
 
 def rewrite(block, keep=(), exact=False) -> Block:
@@ -65,7 +67,7 @@ def rewrite(block, keep=(), exact=False) -> Block:
     for index, op in enumerate(ops):
         for name in op.input_names():
             readers.setdefault(name, []).append(index)
-    replacement = {id(g): _fused_op(block, g, member_of, readers, keep) for g in fused}
+    replacement = {id(g): _fused_op(block, g, readers, keep, exact) for g in fused}
     out = []
     for index, op in enumerate(ops):
         group = member_of.get(index)
@@ -83,21 +85,22 @@ def _groups(block, exact):
         defn = REGISTRY[op.type]
         reads = op.input_names()
         if fusable(defn) and _numpy_aligned(op, variables):
+            shape = tuple(variables[op.output_names()[0]].shape)
             group = _joinable(reads, group_of, last_writer)
-            if group is not None and len(group.members) < MAX_STEPS:
-                external = {
-                    n for n in reads if group_of.get(last_writer.get(n, -1)) is not group
-                }
+            together = None if group is None else _broadcast(group.shape, shape)
+            if together is not None and len(group.members) < MAX_STEPS:
+                external = {n for n in reads if group_of.get(last_writer.get(n, -1)) is not group}
                 if len(group.inputs | external) <= MAX_INPUTS:
                     group.members.append(index)
                     group.inputs |= external
+                    group.shape = together
                     group_of[index] = group
                 else:
                     group = None
             else:
                 group = None
             if group is None:
-                group = _Group(index)
+                group = _Group(index, shape)
                 group.inputs = set(reads)
                 groups.append(group)
                 group_of[index] = group
@@ -108,7 +111,7 @@ def _groups(block, exact):
                 group is not None
                 and not group.closed
                 and len(reads) == 1
-                and tuple(variables[source].shape) == _group_shape(ops, group, variables)
+                and tuple(variables[source].shape) == group.shape
             ):
                 group.reductions.append(index)
                 group.closed = True  # (the reduction's axes refer to the shape so far)
@@ -146,12 +149,15 @@ def _numpy_aligned(op, variables):
     return len(y) >= len(x) or axis == len(x) - len(y)
 
 
-def _group_shape(ops, group, variables):
-    shapes = [tuple(variables[ops[i].output_names()[0]].shape) for i in group.members]
-    return tuple(np.broadcast_shapes(*shapes))
+def _broadcast(a, b):
+    """The broadcast of shapes ``a`` and ``b``, or None where they do not broadcast."""
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
 
 
-def _fused_op(block, group, member_of, readers, keep):
+def _fused_op(block, group, readers, keep, exact):
     ops, variables = block.ops, block.vars
     step_of, inputs, steps = {}, [], []
 
@@ -185,7 +191,7 @@ def _fused_op(block, group, member_of, readers, keep):
         if outside or name in keep:
             outputs.append(step_of[name])
             names.append(name)
-    shape = _group_shape(ops, group, variables)
+    shape = group.shape
     reductions = []
     for index in group.reductions:
         op = ops[index]
@@ -202,12 +208,12 @@ def _fused_op(block, group, member_of, readers, keep):
         )
         names.append(target)
     expression = Expression(
-        inputs=tuple((tuple(variables[n].shape), variables[n].dtype.name) for n in inputs),
+        inputs=tuple((tuple(variables[n].shape), _dtype(variables[n])) for n in inputs),
         shape=shape,
         steps=tuple(steps),
         outputs=tuple(outputs),
         reductions=tuple(reductions),
-        dtypes=tuple(variables[n].dtype.name for n in names),
+        dtypes=tuple(_dtype(variables[n]) for n in names),
     )
     first = ops[group.start]
     kinds = "+".join(ops[i].type for i in group.members + group.reductions)
@@ -215,7 +221,7 @@ def _fused_op(block, group, member_of, readers, keep):
         "fused_elementwise",
         {"X": inputs},
         {"Out": names},
-        freeze({"expression": expression}),
+        freeze({"expression": expression, "exact": bool(exact)}),
         name=f"{first.name or first.type}/fused[{kinds}]",
         location=first.location,
     )
@@ -241,6 +247,10 @@ def _reduced_axes(op, shape, target):
     else:
         axes = tuple(sorted(a % ndim if ndim else 0 for a in axis))
     return axes, bool(op.attrs.get("keepdim", False))
+
+
+def _dtype(var):
+    return np.dtype(var.dtype).name
 
 
 __all__ = ["rewrite", "fusable", "MAX_STEPS", "MAX_INPUTS"]

@@ -1,12 +1,13 @@
 """The scheduler's pipeline: which passes run, in which order, and what they report.
 
-    prune -> dependencies -> (batch_products -> dependencies) -> memory_plan -> plan -> (cache)
-    -> execute
+    prune -> dependencies -> (batch_products) -> (fusion) -> (dependencies) -> memory_plan
+    -> plan -> (cache) -> execute
 
-Rewrites of the pruned block (batching small products; fusion of elementwise chains, DESIGN.md
-pass 5, belongs beside it) run when the plan is scheduled, because they must know which variables
-the caller keeps; the dependencies are rebuilt for the rewritten block and everything after it
-sees the new ops like any other. ``exact=True`` skips the rewrites that reassociate sums. With
+Rewrites of the pruned block (batching small products, ``batch_products``; elementwise fusion,
+``fusion``) run when the plan is scheduled, because they must know which variables the caller
+keeps; the dependencies are rebuilt for the rewritten block and everything after it sees the new
+ops like any other. ``exact=True`` skips the rewrites that reassociate sums (fusion then fuses
+only bit-exact elementwise chains, without trailing reductions). With
 ``debug`` (or the environment variable FLUIDTAPE_DEBUG=1) the IR is verified between passes and
 each pass prints one line of statistics to stderr.
 """
@@ -20,9 +21,11 @@ import typing
 
 import numpy as np
 
-from tape.passes import batch_products, dependencies, memory_plan, plan, prune
+from tape.passes import batch_products, dependencies, fusion, memory_plan, plan, prune
 
 DEBUG = os.environ.get("FLUIDTAPE_DEBUG", "") not in ("", "0")
+# Elementwise fusion on (FLUIDTAPE_FUSION=0 switches it off, e.g. to compare).
+FUSION = os.environ.get("FLUIDTAPE_FUSION", "1") not in ("", "0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +89,12 @@ def schedule(
             if debug:
                 _report("batch_products", f"{len(block.ops)} ops -> {len(rewritten.ops)} ops")
             block, deps = rewritten, dependencies.analyse(rewritten)
+    if FUSION:
+        fused = fusion.rewrite(block, keep, exact)
+        if fused is not block:
+            if debug:
+                _report("fusion", f"{len(block.ops)} ops -> {len(fused.ops)} ops")
+            block, deps = fused, dependencies.analyse(fused)
     memory = memory_plan.plan_memory(block, deps, keep)
     if debug:
         _check_memory(memory, deps)
@@ -146,16 +155,14 @@ def _report(name, text):
 
 
 def explain(compiled, cache=None) -> str:
-    """A readable account of a plan: ops kept, reduced edges, where each variable is freed."""
+    """A readable account of a plan: the recorded ops it runs, what the rewrites made of them
+    (batched products, fused groups and the ops each replaced), the reduced dependency edges and
+    where each variable is freed."""
     analysis, memory, block, deps = compiled.analysis
+    pruned = analysis.pruned.program.global_block()
     names = [op.name or f"{op.type}_{i}" for i, op in enumerate(block.ops)]
-    lines = [
-        f"ops kept: {len(analysis.pruned.program.global_block().ops)} of "
-        f"{len(analysis.source.global_block().ops)}"
-    ]
-    if rewritten(compiled):
-        lines.append(f"batched products: {len(block.ops)} ops after the rewrite")
-    lines += [f"  {name}: {op.type}" for name, op in zip(names, block.ops, strict=True)]
+    lines = [f"ops kept: {len(pruned.ops)} of {len(analysis.source.global_block().ops)}"]
+    lines += [f"  {op.name or f'{op.type}_{i}'}: {op.type}" for i, op in enumerate(pruned.ops)]
     lines.append(
         f"dependency edges after reduction: {deps.edge_count()} (of {deps.edge_count(False)})"
     )
@@ -168,6 +175,15 @@ def explain(compiled, cache=None) -> str:
     for var, before, after, freed in memory_plan.table(memory, block):
         where = f"freed after {', '.join(after)}" if freed else "kept"
         lines.append(f"  {var}: used by {', '.join(before)}; {where}")
+    if rewritten(compiled):
+        lines.append(f"rewrites: {len(pruned.ops)} ops -> {len(block.ops)} instructions")
+        for op in block.ops:
+            if op.type == "fused_elementwise":
+                steps = op.attrs["expression"].steps
+                origin = ", ".join(step.origin[1] for step in steps)
+                lines.append(f"  {op.name}: fused {len(steps)} ops ({origin})")
+            elif "/batched_" in (op.name or ""):
+                lines.append(f"  {op.name}: batched {op.type}")
     if cache is not None:
         lines.append(f"plan cache: {cache.hits} hits, {cache.misses} misses, {len(cache)} plans")
     return "\n".join(lines)

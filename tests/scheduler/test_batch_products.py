@@ -183,7 +183,7 @@ def test_the_executor_batches_a_static_program_unless_exact(exact):
         else:
             np.testing.assert_allclose(value, want[name], rtol=1e-12)
     explained = tape.Executor(exact=exact).explain(program, feed=values, fetch_list=fetch)
-    assert ("batched products" in explained) != exact
+    assert ("batched matmul" in explained) != exact
 
 
 def _unrolled(steps, dtype, exact=None, validate=False, seed=0, threads=0):
@@ -212,8 +212,8 @@ def _unrolled(steps, dtype, exact=None, validate=False, seed=0, threads=0):
 def test_a_lazy_lstm_equals_eager_mode_within_reassociation_rounding(dtype):
     loss, grads, _ = _unrolled(2 * STEPS, dtype)
     lazy_loss, lazy_grads, plan = _unrolled(2 * STEPS, dtype, exact=False, validate=True)
-    assert pipeline.rewritten(plan)
-    assert "batched products" in pipeline.explain(plan)
+    assert _batched(plan)
+    assert "batched matmul" in pipeline.explain(plan)
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(lazy_loss, loss, rtol=64 * eps)
     for got, want in zip(lazy_grads, grads, strict=True):
@@ -223,7 +223,7 @@ def test_a_lazy_lstm_equals_eager_mode_within_reassociation_rounding(dtype):
 def test_a_rewritten_plan_on_the_thread_pool_equals_program_order():
     loss, grads, _ = _unrolled(2 * STEPS, "float32", exact=False)
     pool_loss, pool_grads, plan = _unrolled(2 * STEPS, "float32", exact=False, threads=2)
-    assert pipeline.rewritten(plan)
+    assert _batched(plan)
     np.testing.assert_array_equal(pool_loss, loss)
     for got, want in zip(pool_grads, grads, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -232,7 +232,7 @@ def test_a_rewritten_plan_on_the_thread_pool_equals_program_order():
 def test_exact_lazy_mode_equals_eager_mode_bit_for_bit():
     loss, grads, _ = _unrolled(2 * STEPS, "float32")
     lazy_loss, lazy_grads, plan = _unrolled(2 * STEPS, "float32", exact=True, validate=True)
-    assert not pipeline.rewritten(plan)
+    assert not _batched(plan)
     np.testing.assert_array_equal(lazy_loss, loss)
     for got, want in zip(lazy_grads, grads, strict=True):
         np.testing.assert_array_equal(got, want)
@@ -270,7 +270,7 @@ def test_shared_weight_gradients_match_eager_mode(steps, rows, n_in, n_out, tran
     got, plan = run(True)
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(got, want, rtol=0, atol=256 * eps * max(np.abs(want).max(), 1))
-    assert pipeline.rewritten(plan) == (steps >= MIN_GROUP)
+    assert _batched(plan) == (steps >= MIN_GROUP)
 
 
 def test_dead_code_removal_keeps_what_is_kept_read_or_has_effects():
@@ -321,3 +321,8 @@ def test_random_tapes_run_through_the_rewrite_and_equal_eager_mode_within_roundi
     for want, got in zip(eager, lazy, strict=True):
         assert want.shape == got.shape and want.dtype == got.dtype
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max(initial=0))
+
+
+def _batched(plan):
+    """Whether batch_products rewrote the plan (fusion may rewrite it too)."""
+    return any("/batched_" in (op.name or "") for op in plan.analysis.block.ops)
