@@ -7,12 +7,78 @@ as soon as the last step reading them has run.
 
 from __future__ import annotations
 
-from ops.fused_expression import flat_refs, resolve
-from ops.fusion_backends import as_array, distinct, reduce, step_error, step_kernels
+import builtins
+
+import numpy as np
+
+from ops.fused_expression import flat_refs, is_ref, resolve
+from ops.fusion_backends import (
+    as_array,
+    distinct,
+    reduce,
+    step_error,
+    step_kernels,
+    with_located_errors,
+)
 
 
 def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
-    """A callable running ``expression`` step by step with ``xp``; returns its output list."""
+    """A callable running ``expression`` step by step with ``xp``; returns its output list.
+
+    The steps are generated as straight-line Python (one kernel call per step, no per-step
+    dispatch: on small arrays the dispatch costs as much as the kernels), with the interpreted
+    form below raising a failing step's located error."""
+    interpreted = _interpreted(expression, xp)
+    try:
+        generated = _generated(expression, xp)
+    except SyntaxError:  # (cannot happen for well-formed expressions; be safe)
+        return interpreted
+    return with_located_errors(generated, interpreted)
+
+
+def _generated(expression, xp):
+    kernels = step_kernels(expression, xp)
+    keep = set(expression.outputs) | {r.step for r in expression.reductions}
+    frees = _last_uses(expression, keep)
+    names = {"xp": xp, "asarray": np.asarray, "ndarray": np.ndarray, "reduce": reduce}
+    ins = ", ".join(f"i{k}" for k in range(len(expression.inputs)))
+    lines = [f"def run({ins}):"]
+    for j, ((kernel, attrs), step) in enumerate(zip(kernels, expression.steps)):
+        names[f"k{j}"], names[f"a{j}"] = kernel, attrs
+        args = ", ".join(_source(arg) for arg in step.args)
+        lines.append(f"    s{j} = k{j}(xp, a{j}, {args})")
+        if xp is np:  # kernels on 0-d arrays may return numpy scalars
+            lines.append(f"    if s{j}.__class__ is not ndarray: s{j} = asarray(s{j})")
+        if expression.size > 4096:  # (big values: free each after its last reader)
+            lines += [f"    s{dead} = None" for dead in frees[j]]
+    outs, seen = [], set()
+    for j in expression.outputs:
+        outs.append(f"s{j}.copy()" if j in seen else f"s{j}")
+        seen.add(j)
+    n_full = len(expression.outputs)
+    for i, r in enumerate(expression.reductions):
+        names[f"r{i}"] = (r, expression.shape, expression.dtypes[n_full + i])
+        outs.append(f"reduce(xp, s{r.step}, *r{i})")
+    lines.append(f"    return [{', '.join(outs)}]")
+    exec(compile_source("\n".join(lines)), names)  # noqa: S102  (our own generated source)
+    run = names["run"]
+    run.backend = "reference"
+    return run
+
+
+def _source(arg):
+    if arg is None:
+        return "None"
+    if is_ref(arg):
+        return f"i{arg[1]}" if arg[0] == "in" else f"s{arg[1]}"
+    return "[" + ", ".join(_source(ref) for ref in arg) + "]"
+
+
+def compile_source(source):
+    return builtins.compile(source, "<fused_elementwise>", "exec")
+
+
+def _interpreted(expression, xp):
     kernels = step_kernels(expression, xp)
     steps = expression.steps
     keep = set(expression.outputs) | {r.step for r in expression.reductions}
