@@ -102,7 +102,7 @@ def _function(source, xp):
         "clip_high": lambda x, high: xp.clip(x, None, high),
     }
     exec(source, namespace)  # noqa: S102  (source generated from the rule table)
-    fn = namespace["fused"]
+    fn = namespace.pop("fused")  # (not left in its own globals: no cycle)
     return xp.fuse(fn) if hasattr(xp, "fuse") else fn
 
 

@@ -164,7 +164,7 @@ def compile(expression, xp):  # noqa: A001  (every backend's entry point has thi
 
     namespace = dict(_helpers())
     exec(generate(expression), namespace)  # noqa: S102  (source generated from the rule table)
-    loops = numba.njit(nogil=True, error_model="numpy")(namespace["fused"])
+    loops = numba.njit(nogil=True, error_model="numpy")(namespace.pop("fused"))
     outputs = [
         (expression.step_shapes[j], np.dtype(d))
         for j, d in zip(expression.outputs, expression.dtypes)
