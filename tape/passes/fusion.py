@@ -47,18 +47,19 @@ def fusable(defn):
 
 
 class _Group:
-    __slots__ = ("start", "members", "reductions", "closed", "inputs", "shape")
+    __slots__ = ("start", "members", "reductions", "closed", "inputs", "shape", "writers")
 
     def __init__(self, start, shape):
         self.start, self.members, self.reductions = start, [start], []
         self.closed, self.inputs, self.shape = False, set(), shape
+        self.writers = set()  # the ops writing the group's external inputs
 
 
 def rewrite(block, keep=(), exact=False) -> Block:
     """``block`` with its elementwise groups fused (itself when nothing is fused)."""
     ops = block.ops
     groups = _groups(block, exact)
-    fused = [g for g in groups if len(g.members) + len(g.reductions) >= 2]
+    fused = [g for g in groups if g.members and len(g.members) + len(g.reductions) >= 2]
     if not fused:
         return block
     keep = set(keep) | {n for n, v in block.vars.items() if v.persistable}
@@ -86,6 +87,7 @@ def _groups(block, exact):
         reads = op.input_names()
         if fusable(defn) and _numpy_aligned(op, variables):
             shape = tuple(variables[op.output_names()[0]].shape)
+            _merge_readable(reads, group_of, last_writer)
             group = _joinable(reads, group_of, last_writer)
             together = None if group is None else _broadcast(group.shape, shape)
             if together is not None and len(group.members) < MAX_STEPS:
@@ -93,6 +95,7 @@ def _groups(block, exact):
                 if len(group.inputs | external) <= MAX_INPUTS:
                     group.members.append(index)
                     group.inputs |= external
+                    group.writers.update(last_writer[n] for n in external if n in last_writer)
                     group.shape = together
                     group_of[index] = group
                 else:
@@ -102,6 +105,7 @@ def _groups(block, exact):
             if group is None:
                 group = _Group(index, shape)
                 group.inputs = set(reads)
+                group.writers = {last_writer[n] for n in reads if n in last_writer}
                 groups.append(group)
                 group_of[index] = group
         elif op.type in REDUCTIONS and not exact:
@@ -119,6 +123,34 @@ def _groups(block, exact):
         for name in written_names(op):
             last_writer[name] = index
     return groups
+
+
+def _merge_readable(reads, group_of, last_writer):
+    """When an op reads from several open groups, folds the later ones into the earliest where
+    that keeps it convex (nothing a later group reads is written, outside the earliest, after it
+    started): one kernel instead of several, and no buffer between them."""
+    groups = {}
+    for name in reads:
+        group = group_of.get(last_writer.get(name, -1))
+        if group is not None and not group.closed and not group.reductions:
+            groups[id(group)] = group
+    if len(groups) < 2:
+        return
+    ordered = sorted(groups.values(), key=lambda g: g.start)
+    first = ordered[0]
+    for other in ordered[1:]:
+        if len(first.members) + len(other.members) > MAX_STEPS:
+            continue
+        if _broadcast(first.shape, other.shape) is None:
+            continue
+        if all(w < first.start or group_of.get(w) is first for w in other.writers):
+            for index in other.members:
+                group_of[index] = first
+            first.members = sorted(first.members + other.members)
+            first.inputs |= other.inputs
+            first.writers |= {w for w in other.writers if group_of.get(w) is not first}
+            first.shape = _broadcast(first.shape, other.shape)
+            other.members = []  # (emptied: skipped when the groups are fused)
 
 
 def _joinable(reads, group_of, last_writer):
