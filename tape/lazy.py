@@ -213,16 +213,14 @@ def _compiles(key):
 
 
 def _gradients(tape, targets):
-    """Ids of the pending leaf gradients of lazy backwards if ``targets`` asks for one of them:
-    the others are usually read next (one per parameter), so one run computes them all."""
-    if not tape._leaf_grads:
+    """Ids of the pending leaf gradients of lazy backwards: any run computes those still held
+    (by their leaves or the user) too. Eager mode would already have computed them, and they
+    are usually read next, so forward and backward run as one plan (fused across both)."""
+    if not tape._leaf_grads or not targets:
         return ()
     owed = [e for e in tape._leaf_grads if e[0]() is not None and e[0]()._pending is tape]
     tape._leaf_grads = owed  # the ones still owed
-    grads = {id(g): g for g in (e[0]() for e in owed) if g is not None}
-    if not targets or not any(id(v) in grads for v in targets):
-        return ()
-    return tuple(grads)
+    return tuple(id(g) for g in (e[0]() for e in owed) if g is not None)
 
 
 def _execute(tape, scan, entry):
