@@ -11,7 +11,6 @@ from __future__ import annotations
 from ops.activation import _sigmoid as _sigmoid_array
 from ops.activation import relu_grad, sigmoid, sigmoid_grad
 from ops.activation_smooth import in_dtypes, infer_float_grad
-from ops.arithmetic import promote_arrays
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import mul as _mul
 from ops.compose import scale as _scale
@@ -20,6 +19,7 @@ from ops.elementwise import grad_x
 from ops.infer import normalize_axis, real_float_same, result_dtype
 from ops.registry import Attr, register
 from ops.shape import concat, reshape, split
+from ops.xp import promote
 from tape.errors import AttrError, DTypeError, ShapeError
 from tape.tape import apply
 
@@ -66,7 +66,7 @@ def hardtanh_grad(xp, attrs, x, gout):
 
     Linear in Out@GRAD, piecewise constant in X: d(Out@GRAD) = hardtanh_grad(X, dX@GRAD), dX = 0.
     """
-    x, gout = promote_arrays(x, gout)
+    x, gout = promote(x, gout)
     return gout * ((x > attrs["min_val"]) & (x < attrs["max_val"]))
 
 
@@ -119,7 +119,7 @@ def hardswish_grad(xp, attrs, x, gout):
     d(Out@GRAD) = hardswish_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD / 3 where -3 < X < 3,
     else 0 (PyTorch's double backward).
     """
-    x, gout = promote_arrays(x, gout)
+    x, gout = promote(x, gout)
     slope = xp.where(x < 3.0, x * (1.0 / 3.0) + 0.5, 1.0)
     return xp.where(x <= -3.0, 0.0, gout * slope)
 

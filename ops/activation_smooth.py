@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ops.activation import _sigmoid as _sigmoid_array
 from ops.activation import elu_grad, relu_grad, sigmoid, sigmoid_grad, softplus, tanh
-from ops.arithmetic import promote_arrays
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
@@ -23,6 +22,7 @@ from ops.infer import result_dtype, same_as_gradient
 from ops.registry import Attr, register
 from ops.unary import abs as _abs_op
 from ops.unary import square
+from ops.xp import promote
 from tape.errors import DTypeError
 from tape.tape import apply
 
@@ -95,7 +95,7 @@ def silu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = silu_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * f''(X), with
     f'' = beta s (1 - s) (2 + beta X (1 - 2 s)).
     """
-    x, gout = promote_arrays(x, gout)
+    x, gout = promote(x, gout)
     beta = attrs["beta"]
     bx = x * beta if beta != 1.0 else x
     s = _sigmoid_array(xp, bx)
@@ -141,7 +141,7 @@ def mish_grad(xp, attrs, x, gout):
     d(Out@GRAD) = mish_grad(X, dX@GRAD);  dX = dX@GRAD * Out@GRAD * mish''(X), with
     mish'' = (1 - t^2) s (2 + X (1 - s) - 2 X t s).
     """
-    x, gout = promote_arrays(x, gout)
+    x, gout = promote(x, gout)
     t = xp.tanh(_softplus_array(xp, x))
     return gout * (t + x * _sigmoid_array(xp, x) * (1.0 - t * t))
 
@@ -239,7 +239,7 @@ def celu_grad(xp, attrs, x, gout):
     d(Out@GRAD) = celu_grad(X, dX@GRAD);  dX = P exp(X / alpha) / alpha where X <= 0 (else 0),
     with P = dX@GRAD * Out@GRAD, built as (celu_grad(X, P) - relu_grad(X, P)) / alpha.
     """
-    x, gout = promote_arrays(x, gout)
+    x, gout = promote(x, gout)
     slope = xp.exp(xp.minimum(x, 0.0) * (1.0 / attrs["alpha"]))
     return xp.where(x > 0, gout, gout * slope)
 

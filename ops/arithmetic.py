@@ -21,6 +21,7 @@ from ops.elementwise import elementwise_div, grad_x
 from ops.fill import fill_zeros_like
 from ops.infer import broadcast_shapes, result_dtype
 from ops.registry import register
+from ops.xp import promote
 from tape.errors import DTypeError
 from tape.tape import apply
 
@@ -42,17 +43,6 @@ def _infer_division(attrs, x, y):
     _require(x, "X", "iuf", "an integer or real floating-point number")
     _require(y, "Y", "iuf", "an integer or real floating-point number")
     return broadcast_shapes(None, x.shape, y.shape), result_dtype(x, y)
-
-
-def promote_arrays(*arrays):
-    """The arrays cast to numpy's promotion of their dtypes, so that a composite kernel computes
-    in the output's precision from the start (a float32 input among float64 ones is widened
-    before any arithmetic, not after)."""
-    first = arrays[0].dtype
-    if all(a.dtype == first for a in arrays):
-        return arrays
-    dtype = np.result_type(*(a.dtype for a in arrays))
-    return tuple(a if a.dtype == dtype else a.astype(dtype) for a in arrays)
 
 
 def _integer_divisor(xp, x, y):
@@ -171,7 +161,7 @@ def lerp(xp, attrs, x, end, weight):
     Weight = 1 gives End exactly.  dX = dOut * (1 - Weight), dEnd = dOut * Weight,
     dWeight = dOut * (End - X).
     """
-    x, end, weight = promote_arrays(x, end, weight)
+    x, end, weight = promote(x, end, weight)
     diff = end - x
     near_start = xp.abs(weight) < 0.5
     return xp.where(near_start, x + weight * diff, end - diff * (1.0 - weight))
