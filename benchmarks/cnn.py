@@ -17,7 +17,8 @@ TITLE = "training step conv3x3(16)-pool-conv3x3(32)-pool-linear, 28x28, batch 64
 UNIT = "ms/step"
 DEFAULT = {"batch": 64, "image": 28, "channels": (1, 16, 32), "classes": 10, "lr": 0.01}
 TINY = {"batch": 2, "image": 8, "channels": (1, 2, 3), "classes": 3, "lr": 0.5}
-TARGET = None
+TARGET = ("numpy", 1.05)  # issue 9
+LAZY_TARGET = ("numpy", 1.0)  # issue 9
 TRAINING = True
 
 

@@ -17,7 +17,8 @@ TITLE = "LSTM LM step: embedding 2000x64, LSTMCell 128 x 20 steps, batch 16, lin
 UNIT = "ms/step"
 DEFAULT = {"vocab": 2000, "embed": 64, "hidden": 128, "batch": 16, "steps": 20, "lr": 0.1}
 TINY = {"vocab": 7, "embed": 3, "hidden": 4, "batch": 2, "steps": 3, "lr": 0.5}
-TARGET = None
+TARGET = ("torch", 1.1)  # issue 9
+LAZY_TARGET = ("torch", 0.8)  # issue 9
 TRAINING = True
 
 
