@@ -102,8 +102,6 @@ def _ancestors(tape, value):
             chosen.append(op)
             wanted.update(id(v) for v in op.input_vars())
     if not chosen:
-        if value._value is not None and value._pending is None:
-            return []  # a leaf (or a value whose ops are gone): checked as it is below
         raise GraphError(
             "find_first_nonfinite",
             f"no recorded op on this tape produces '{value.name}'",
