@@ -31,7 +31,7 @@ import zipfile
 import numpy as np
 
 from ops.xp import module_for, to_numpy
-from tape import transaction
+from tape import batch_axis, transaction
 from tape.constants import is_constant
 from tape.errors import GraphError, InputError, user_location
 from tape.ir import Block, OpDesc, Program, VarDesc, canonical_form
@@ -63,6 +63,7 @@ class Executor:
         feed = _by_name(program, feed)
         if program.loaded:
             program = confined(program, self.write_dir)
+        program = batch_axis.specialize(program, feed)  # (itself unless a shape has a -1)
         compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
         slot_of = {name: i for i, name in enumerate(order)}
         vals = [None] * compiled.slots
