@@ -58,10 +58,12 @@ class Row:
 
 
 class Table:
-    """A profile table: ``rows`` (``Row``s, sorted) and its text (``str(table)``)."""
+    """A profile table: ``rows`` (``Row``s, sorted; the first ``limit``), the ``total`` seconds
+    and ``count`` of all ops profiled, and its text (``str(table)``)."""
 
-    def __init__(self, rows, group_by, total):
+    def __init__(self, rows, group_by, total, count, groups):
         self.rows, self.group_by, self.total = rows, group_by, total
+        self.count, self.groups = count, groups
 
     def __str__(self):
         head = "op" if self.group_by == "op" else "line"
@@ -76,7 +78,10 @@ class Table:
                 f"{row.key:<{width}}  {row.count:>7}  {row.total * 1e3:>10.3f}  "
                 f"{row.mean * 1e6:>10.1f}  {row.percent:>6.1f}  {_size(row.bytes):>10}"
             )
-        lines.append(f"total: {self.total * 1e3:.3f} ms in {sum(r.count for r in self.rows)} ops")
+        shown = (
+            "" if len(self.rows) == self.groups else f" ({len(self.rows)} of {self.groups} rows)"
+        )
+        lines.append(f"total: {self.total * 1e3:.3f} ms in {self.count} ops{shown}")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -129,7 +134,8 @@ class profile:
             rows.sort(key=lambda row: row.key)
         else:
             rows.sort(key=lambda row: (-getattr(row, sort_by), row.key))
-        return Table(rows[:limit], group_by, sum(r.total for r in rows))
+        total = sum(row.total for row in rows)
+        return Table(rows[:limit], group_by, total, len(self.events), len(rows))
 
     def export_chrome_trace(self, path):
         """Writes the events as Chrome trace JSON (Perfetto, chrome://tracing): one complete
