@@ -42,7 +42,12 @@ class NonFiniteReport:
             f"  input {slot}: {'finite' if ok else 'non-finite'} ({text})"
             for slot, ok, text in self.inputs
         ]
-        lines.append(f"  recorded at: {self.location or '<unknown line>'}")
+        lines.append(
+            f"  recorded at: {self.location}"
+            if self.location
+            else "  recorded at: unknown (an eager op keeps its line only when recorded inside "
+            "tape.detect_anomaly(), tape.profile() or tape.lazy())"
+        )
         return "\n".join(lines)
 
 
