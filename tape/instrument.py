@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 
+from tape import transaction
 from tape.errors import user_location
 
 ACTIVE = None  # the observer while a profile or anomaly block is open; None otherwise
@@ -124,6 +125,8 @@ class _Observer:
             return out
         location = user_location()
         inputs = _input_arrays(defn, args) if _checks[0] and defn.inplace else None
+        step = transaction.state.step  # (an update's new values wait there for the commit)
+        staged = len(step.writes) if step is not None else 0
         start = _clock()
         out = record(tape, defn, args, attrs, given, True)
         end = _clock()
@@ -132,7 +135,8 @@ class _Observer:
             op.location = location  # so a later backward can name this op's line
         name = op.name if op is not None else f"{defn.type}_{before}"
         info = OpInfo(defn.type, name, location, backward, _described(forward))
-        outputs = _arrays(out)
+        written = {id(var): value for var, value in step.writes[staged:]} if step else None
+        outputs = _arrays(out, written)
         if _checks[0]:
             from tape.anomaly import check
 
@@ -183,8 +187,9 @@ def observed_plan(plan):
     return dataclasses.replace(plan, instructions=instructions)
 
 
-def _arrays(result):
-    """The arrays in an op's result (a Variable, an array, or nested tuples/lists of them)."""
+def _arrays(result, written=None):
+    """The arrays in an op's result (a Variable, an array, or nested tuples/lists of them);
+    ``written`` maps id(Variable) to a new value an open step has not committed yet."""
     found = []
     stack = [result]
     while stack:
@@ -195,6 +200,8 @@ def _arrays(result):
             stack.extend(reversed(item))
             continue
         value = getattr(item, "_value", item)  # a Variable's buffer, or the array itself
+        if written:
+            value = written.get(id(item), value)
         if value is not None and hasattr(value, "dtype"):
             found.append(value)
     return found

@@ -167,3 +167,19 @@ def test_the_decorator_form_checks_inside_the_function():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert np.isnan(ops.log(tape.Variable(np.array([-1.0], np.float32))).numpy()[0])
+
+
+def test_an_eager_optimizer_step_with_a_non_finite_gradient_raises_and_updates_nothing():
+    tape.reset_global_tape()
+    model = layers.Linear(2, 2)
+    sgd = optim.SGD(lr=0.1)
+    before = [p.numpy().copy() for p in model.params()]
+    tape.backward(model(tape.Variable(np.ones((1, 2), np.float32))).sum())
+    model.params()[1].grad()._value[...] = np.nan  # made outside the checks
+    with tape.detect_anomaly(), pytest.raises(tape.NonFiniteError) as caught:
+        sgd(model.params())
+    text = str(caught.value)
+    assert text.startswith("op 'sgd'") and "output ParamOut" in text
+    assert "input Param: finite" in text and "input Grad: ALREADY NON-FINITE" in text
+    for p, old in zip(model.params(), before):  # the step is a transaction
+        np.testing.assert_array_equal(p.numpy(), old)
