@@ -19,6 +19,8 @@ from tape.errors import NonFiniteError
 class detect_anomaly:
     """Context manager (or decorator): raise at the first op producing NaN or Inf.
 
+    Process-wide while open (ops other threads run are checked too); blocks nest.
+
     >>> import numpy as np, tape, ops
     >>> x = tape.Variable(np.array([1.0, -1.0], np.float32))
     >>> with tape.detect_anomaly():

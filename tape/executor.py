@@ -58,8 +58,10 @@ class Executor:
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
         OpDescs, indices or names) need; returns the fetched values in order. ``feed`` maps
-        names, or Variables of the tape the program came from, to arrays. Nothing is committed
-        (scope, bound Variables) unless the whole run succeeds."""
+        names, or Variables of the tape the program came from, to arrays; an input declared with
+        a free axis (-1, e.g. ``Program.from_tape(t, dynamic_batch=True)``) takes any size there
+        (``tape.batch_axis``). Nothing is committed (scope, bound Variables) unless the whole
+        run succeeds."""
         feed = _by_name(program, feed)
         if program.loaded:
             program = confined(program, self.write_dir)

@@ -89,7 +89,8 @@ class Table:
 
 class profile:
     """Context manager recording the wall time of every op run inside it (see the module
-    docstring). ``events`` lists what ran, in order."""
+    docstring). ``events`` lists what ran, in order. Profiling is process-wide: ops other
+    threads run meanwhile are recorded too, each event with its thread."""
 
     def __init__(self):
         self.events = []
