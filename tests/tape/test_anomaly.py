@@ -183,3 +183,16 @@ def test_an_eager_optimizer_step_with_a_non_finite_gradient_raises_and_updates_n
     assert "input Param: finite" in text and "input Grad: ALREADY NON-FINITE" in text
     for p, old in zip(model.params(), before):  # the step is a transaction
         np.testing.assert_array_equal(p.numpy(), old)
+
+
+def test_a_plan_run_on_threads_raises_at_the_op_too():
+    tape.reset_global_tape()
+    a = tape.Variable(np.full((8, 8), -1.0, np.float32))
+    b = tape.Variable(np.ones((8, 8), np.float32))
+    with pytest.raises(tape.NonFiniteError) as caught:
+        with tape.lazy(threads=2, check_finite=True):
+            tape.reset_global_tape()
+            bad = ops.log(ops.matmul(a, b))
+            line = _line(-1)
+            (bad + ops.matmul(b, b)).sum().numpy()
+    assert caught.value.op == "log" and caught.value.location == line

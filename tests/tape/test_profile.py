@@ -157,3 +157,18 @@ def test_the_chrome_trace_is_json_with_one_event_per_op_and_gradient_flows(tmp_p
     # the arrow to tanh_grad leaves from tanh's event
     flow = next(i for i, f in finishes.items() if f["ts"] == tanh_grad["ts"])
     assert starts[flow]["ts"] == names[tanh_grad["args"]["forward_op"]]["ts"]
+
+
+def test_a_plan_run_on_threads_is_profiled_with_each_kernel_once():
+    tape.reset_global_tape()
+    a = tape.Variable(np.ones((64, 64), np.float32), requires_grad=True)
+    b = tape.Variable(np.full((64, 64), 0.5, np.float32), requires_grad=True)
+    with tape.profile() as prof, tape.lazy(threads=2):
+        tape.reset_global_tape()
+        left, right = ops.matmul(a, a), ops.matmul(b, b)  # independent: may overlap
+        total = (left + right).sum()
+        value = total.numpy()
+    assert value == pytest.approx(64 * 64 * (64 + 16))
+    kinds = [e.info.type for e in prof.events]
+    assert kinds.count("matmul") == 2
+    assert all(e.end >= e.start and e.bytes > 0 for e in prof.events)
