@@ -29,16 +29,14 @@ SORT_KEYS = ("total", "count", "mean", "bytes", "key")
 GROUPS = ("op", "line")
 
 
-@dataclasses.dataclass(frozen=True)
 class Event:
     """One op run: what ran (``info``: a ``tape.instrument.OpInfo``), when (ns, perf_counter),
     the bytes of its outputs, and the thread that ran it."""
 
-    info: object
-    start: int
-    end: int
-    bytes: int
-    thread: int
+    __slots__ = ("info", "start", "end", "bytes", "thread")
+
+    def __init__(self, info, start, end, size, thread):
+        self.info, self.start, self.end, self.bytes, self.thread = info, start, end, size, thread
 
     @property
     def seconds(self):
@@ -104,8 +102,10 @@ class profile:
 
     def add(self, info, start, end, outputs):
         """Called by the observer for each op run (list.append: safe from executor threads)."""
-        size = sum(int(getattr(value, "nbytes", 0)) for value in outputs)
-        self.events.append(Event(info, start, end, size, threading.get_ident()))
+        size = 0
+        for value in outputs:
+            size += value.nbytes
+        self.events.append(Event(info, start, end, int(size), threading.get_ident()))
 
     def table(self, sort_by="total", group_by="op", limit=None) -> Table:
         """Per-group count, total and mean time, share of all op time and bytes allocated.
