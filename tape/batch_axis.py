@@ -9,6 +9,10 @@ are inferred again from them, so a shape an attribute fixed at the recorded batc
 reshape's target shape, a constant's shape) is an error naming that op and its line. The
 specialized program is scheduled like any other; its plan is cached per fed shape.
 Shapes inferred from -1 are not trusted (inference treats -1 as a size): only fed shapes are.
+
+Free axes suit inference programs. Gradient makers build constants from the recorded shapes
+(a mean's 1/n, broadcast shapes), so a training program recorded with backward meets them as
+a shape error at the first op combining one with a value of the new batch size.
 """
 
 from __future__ import annotations
@@ -81,8 +85,9 @@ def specialize(program, feed):
                 f"cannot run with the fed shapes: {err.headline}",
                 expected=err.expected,
                 actual=err.actual,
-                hint="an attribute recorded with the batch size (a reshape's shape, a "
-                "constant's shape) fixes it; record that op with -1 or from the input's shape",
+                hint="an attribute or constant recorded with the batch size fixes it (a "
+                "reshape's shape, a constant, or a gradient op's 1/n and broadcast shapes): "
+                "record that op from the input's shape, or record one program per batch size",
                 name=op.name,
                 location=op.location,
             ) from None

@@ -3,9 +3,10 @@
 ``tape.find_first_nonfinite(loss)`` needs no user code re-run: the tape holds every op ``loss``
 depends on (eager: the ops a gradient flows through; lazy: every op, run or pending) with its
 attributes and inputs. The ops are re-run in tape order from the values of the Variables none of
-them produces (parameters, inputs, constants) and each result is checked; random ops reuse the
-values they drew. The first op with a non-finite output is reported; None when all are finite.
-Values are read as they are now, so call it before an optimizer step changes the parameters.
+them produces (parameters, inputs, constants) and each result is checked; a random op reuses
+the values it drew while they are held (a lazy run may have freed them: it then draws anew).
+The first op with a non-finite output is reported; None when all are finite. Values are read
+as they are now, so call it before an optimizer step changes the parameters.
 """
 
 from __future__ import annotations

@@ -118,3 +118,24 @@ def test_dynamic_batch_needs_an_input_to_feed():
         state.tape = saved
     with pytest.raises(tape.InputError, match="reads no input it must be fed"):
         tape.Program.from_tape(t, dynamic_batch=True)
+
+
+def test_a_training_program_whose_gradients_fix_the_batch_size_says_so_at_the_op():
+    """Gradient makers build constants from the recorded shapes (a mean's 1/n, broadcast
+    shapes): another batch size is a located shape error, never a silently wrong gradient."""
+    t = tape.Tape(lazy=True)
+    saved, state.tape = state.tape, t
+    try:
+        model = layers.Linear(3, 1)
+        x = tape.Variable(np.ones((8, 3), np.float32), name="x")
+        loss = (model(x) ** 2.0).mean()
+        loss.name = "loss"
+        t.backward(loss)
+    finally:
+        state.tape = saved
+    program = tape.Program.from_tape(t, dynamic_batch=True)
+    executor = tape.Executor()
+    (same,) = executor.run(program, feed={"x": np.ones((8, 3), np.float32)}, fetch_list=["loss"])
+    assert np.isfinite(same)
+    with pytest.raises(tape.ShapeError, match="record one program per batch size"):
+        executor.run(program, feed={"x": np.ones((5, 3), np.float32)}, fetch_list=["loss"])
