@@ -12,11 +12,13 @@ Run (about 20 s on 2 cores):
     pip install -e ".[examples]" && python examples/char_lstm.py
     python examples/char_lstm.py --steps 2000 --temperature 0.5
     python examples/char_lstm.py --quick          # a few steps, what the smoke test runs
+    python examples/char_lstm.py --quick --profile --trace trace.json   # where the time goes
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import time
@@ -175,6 +177,10 @@ def parse_args(argv=None):
         help="train in lazy mode: each step is one cached plan (one per sequence length)",
     )
     parser.add_argument("--quick", action="store_true", help="a few tiny steps (smoke test)")
+    parser.add_argument(
+        "--profile", action="store_true", help="print where training time goes (tape.profile)"
+    )
+    parser.add_argument("--trace", help="write training's Chrome trace JSON to this file")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.batch_size, args.hidden, args.sample_length = 8, 8, 32, 40
@@ -201,8 +207,16 @@ def run(args):
     print(f"{len(text)} characters, {len(vocab)} distinct; the last 10% is held out")
     model = CharLSTM(len(vocab), args.embed_dim, args.hidden, args.dropout)
     start = time.perf_counter()
-    losses, valid_losses = train(model, train_ids, valid_ids, args, rng)
+    profiling = args.profile or args.trace
+    with tape.profile() if profiling else contextlib.nullcontext() as profile:
+        losses, valid_losses = train(model, train_ids, valid_ids, args, rng)
     seconds = time.perf_counter() - start
+    if args.profile:
+        print(profile.table(sort_by="total", group_by="op", limit=12))
+        print(profile.table(sort_by="total", group_by="line", limit=8))
+    if args.trace:
+        profile.export_chrome_trace(args.trace)
+        print(f"wrote {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
     for step, loss in valid_losses:
         print(
             f"step {step:5d}  training loss {np.mean(losses[max(step - 20, 0) : step]):.3f}  "

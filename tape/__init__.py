@@ -27,10 +27,14 @@ from tape.errors import (  # noqa: F401  (the public error types)
     IndexingError,
     InputError,
     MutationError,
+    NonFiniteError,
     ScalarOverflowError,
     ShapeError,
 )
 from tape.executor import Executor, load_inference_program, save_inference_program
+from tape.anomaly import detect_anomaly
+from tape.nonfinite import find_first_nonfinite
+from tape.profiler import profile
 from tape.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tape.ir import Block, OpDesc, Program, VarDesc
 from tape.ir_text import ProgramFormatError
@@ -91,6 +95,10 @@ __all__ = [
     "GraphError",
     "ExecutionError",
     "MutationError",
+    "NonFiniteError",
+    "profile",
+    "detect_anomaly",
+    "find_first_nonfinite",
     "ScalarOverflowError",
     "CheckpointError",
     "ProgramFormatError",

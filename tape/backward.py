@@ -18,7 +18,7 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import backward_faults, guard, replay, stale
+from tape import backward_faults, guard, instrument, replay, stale
 from tape.errors import GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable, owner
@@ -102,7 +102,14 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
         return _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress)
     _check_loss(loss)
     # (gradient hooks need the scan: it sees each leaf's last reader)
-    replayable = tape.lazy and seed is None and not create_graph and not tape._grad_hooks
+    # (observers attribute each gradient op to its forward op: the makers must run)
+    replayable = (
+        tape.lazy
+        and seed is None
+        and not create_graph
+        and not tape._grad_hooks
+        and instrument.ACTIVE is None
+    )
     if replayable and wanted is None and not tape._written:
         return replay.gradients(
             tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
@@ -304,7 +311,11 @@ def _run_grad_maker(op, gouts, pending):
     """Runs ``op``'s gradient maker and adds its gradients to ``pending``. An error while
     adding is marked ``partial_sum`` (some inputs may have their share already)."""
     try:
-        gins = op.defn.grad_maker(GradContext(op, gouts))
+        if instrument.ACTIVE is None:
+            gins = op.defn.grad_maker(GradContext(op, gouts))
+        else:
+            with instrument.making_gradient_of(op):
+                gins = op.defn.grad_maker(GradContext(op, gouts))
     except BaseException as err:
         converted = backward_faults.in_gradient(op, err)
         if converted is err:

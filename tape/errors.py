@@ -153,5 +153,39 @@ class ExecutionError(FluidError, RuntimeError):
     """A kernel failed while running; the original exception is chained as its cause."""
 
 
+class NonFiniteError(FluidError, FloatingPointError):
+    """An op produced NaN or Inf while anomaly mode checked it (``tape.detect_anomaly``).
+
+    ``inputs`` lists ``(slot, finite, description)`` per input array (so the message says which
+    input was already non-finite); ``forward`` is ``(type, name, location)`` of the forward op a
+    gradient op belongs to, or None for a forward op."""
+
+    def __init__(self, op, headline, inputs=(), forward=None, **kwargs):
+        self.inputs, self.forward = tuple(inputs), forward
+        super().__init__(op, headline, **kwargs)
+
+    def with_context(self, name=None, location=None, op=None):
+        """Keeps the op it names (a fused group or a gradient maker re-raising it adds none)."""
+        return super().with_context(None if self.name else name, location, op)
+
+    def message(self):
+        lines = super().message().splitlines()
+        if self.location:  # (the user's line last, after what the op saw)
+            lines.pop()
+        lines += [
+            f"  input {slot}: {'finite' if finite else 'ALREADY NON-FINITE'} ({text})"
+            for slot, finite, text in getattr(self, "inputs", ())
+        ]
+        if self.location:
+            lines.append(f"  recorded at: {self.location}")
+        forward = getattr(self, "forward", None)
+        if forward is not None:
+            kind, name, where = forward
+            lines.append(
+                f"  gradient of: op '{kind}' ({name}) recorded at {where or '<unknown line>'}"
+            )
+        return "\n".join(lines)
+
+
 class MutationError(GraphError):
     """A Variable an op saved for backward was given a new value before that backward."""

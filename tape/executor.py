@@ -31,7 +31,7 @@ import zipfile
 import numpy as np
 
 from ops.xp import module_for, to_numpy
-from tape import transaction
+from tape import batch_axis, transaction
 from tape.constants import is_constant
 from tape.errors import GraphError, InputError, user_location
 from tape.ir import Block, OpDesc, Program, VarDesc, canonical_form
@@ -58,11 +58,14 @@ class Executor:
     def run(self, program, feed=None, fetch_list=(), targets=(), scope=None, return_numpy=True):
         """Runs what ``fetch_list`` (Variables, names, or OpDescs to run) and ``targets`` (ops:
         OpDescs, indices or names) need; returns the fetched values in order. ``feed`` maps
-        names, or Variables of the tape the program came from, to arrays. Nothing is committed
-        (scope, bound Variables) unless the whole run succeeds."""
+        names, or Variables of the tape the program came from, to arrays; an input declared with
+        a free axis (-1, e.g. ``Program.from_tape(t, dynamic_batch=True)``) takes any size there
+        (``tape.batch_axis``). Nothing is committed (scope, bound Variables) unless the whole
+        run succeeds."""
         feed = _by_name(program, feed)
         if program.loaded:
             program = confined(program, self.write_dir)
+        program = batch_axis.specialize(program, feed)  # (itself unless a shape has a -1)
         compiled, full, order = self._compile(program, list(feed), fetch_list, targets)
         slot_of = {name: i for i, name in enumerate(order)}
         vals = [None] * compiled.slots

@@ -29,7 +29,7 @@ import weakref
 import numpy as np
 
 from ops.xp import _NDARRAY
-from tape import guard, rollback
+from tape import guard, instrument, rollback
 from tape.errors import ExecutionError, FluidError, GraphError
 from tape.passes.plan import kernel_for
 from tape.transaction import uninterrupted
@@ -179,6 +179,8 @@ def _decide(tape, scan):
             (kernel, op.attrs, op.args, results, in_place[position], tuple(frees[position]))
         )
     chosen.reverse()
+    if instrument.ACTIVE is not None:  # a profiler or anomaly block is open
+        steps = instrument.observed_steps(chosen, steps)
     return _Decision(chosen, steps, overwritten)
 
 

@@ -131,14 +131,20 @@ class Program:
         return self.blocks[0]
 
     @classmethod
-    def from_tape(cls, tape):
+    def from_tape(cls, tape, dynamic_batch=False):
         """A Program of the ops recorded on ``tape``.
 
         Record with ``Tape(lazy=True)`` (or ``Tape(record_all=True)``) so ops no gradient flows
         through are kept too. The Program takes over a lazy tape's pending ops: they run only
-        when an Executor runs the program (not again when the tape is reset).
+        when an Executor runs the program (not again when the tape is reset). With
+        ``dynamic_batch`` the leading axis of every input to feed is free (-1): an Executor
+        runs the program with any batch size (``tape.batch_axis``).
         """
         program = from_ops(tape.ops)
+        if dynamic_batch:
+            from tape.batch_axis import free_batch
+
+            free_batch(program)
         for op in tape._pending_ops:
             for var in op.output_vars():
                 if var._value is not None:  # written in place by a pending op: keeps its value

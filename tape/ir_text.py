@@ -114,9 +114,11 @@ def _var(doc):
     where = f"variable {doc.get('name')!r}" if isinstance(doc, dict) else "a variable"
     _no_unknown_keys(doc, _VAR_KEYS, where)
     shape = _field(doc, "shape", list, where)
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape):
         raise ProgramFormatError(
-            None, f"{where}: shape must hold non-negative ints", actual=repr(shape)
+            None,
+            f"{where}: shape must hold non-negative ints (or -1: a free axis)",
+            actual=repr(shape),
         )
     try:
         dtype = canonical_dtype(_field(doc, "dtype", str, where))
@@ -210,6 +212,8 @@ def _check_op(op, block):
         )
         for s in defn.input_slots
     ]
+    if any(-1 in block.vars[n].shape for n in op.input_names()):
+        return  # a free axis (tape.batch_axis): checked when a run fixes the fed shapes
     for slot, desc in zip(defn.output_slots, infer_outputs(defn, op.attrs, args), strict=True):
         descs = desc if isinstance(desc, list) else [desc]
         for name, (shape, dtype) in zip(op.outputs.get(slot, ()), descs, strict=False):

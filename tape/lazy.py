@@ -30,7 +30,7 @@ import weakref
 import numpy as np
 
 from ops.xp import to_numpy
-from tape import guard, interpret, rollback
+from tape import guard, instrument, interpret, rollback
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
@@ -63,6 +63,9 @@ class lazy:
         compile: None (default): a tape structure seen for the first time is interpreted
             (``tape.interpret``, about eager mode's cost) and compiled into a cached plan, with
             the rewrites, from its second sighting on; True: always compile; False: never.
+        check_finite: check every op's outputs for NaN and Inf as the runs compute them and
+            raise ``tape.NonFiniteError`` naming the first op that produced one (as
+            ``tape.detect_anomaly()`` does; the block's runs, including the one on leaving it).
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
@@ -77,9 +80,16 @@ class lazy:
     """
 
     def __init__(
-        self, enabled=True, threads=0, validate=False, debug=None, exact=False, compile=None
+        self,
+        enabled=True,
+        threads=0,
+        validate=False,
+        debug=None,
+        exact=False,
+        compile=None,
+        check_finite=False,
     ):
-        self.enabled = bool(enabled)
+        self.enabled, self.check_finite = bool(enabled), bool(check_finite)
         self.settings = (int(threads), bool(validate), debug, bool(exact), compile)
 
     def __enter__(self):
@@ -103,6 +113,7 @@ class lazy:
             options.exact,
             options.compile,
         ) = self.settings
+        instrument.attach(check=self.check_finite)
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -128,6 +139,7 @@ class lazy:
                 options.exact,
                 options.compile,
             ) = settings
+            instrument.detach(check=self.check_finite)
         if current is not None and current.lazy != outer:
             current.lazy = outer
             current.record_all = record_all if current is entered else outer
@@ -176,7 +188,8 @@ def _run_locked(tape, targets):
         scan = Trace(tape, targets, optional)
         missing = scan.missing_target()
         if missing is None:
-            entry = CACHE.get(scan.key)
+            # (anomaly checks compile afresh: a cached plan names the lines it was built from)
+            entry = None if instrument.checking() else CACHE.get(scan.key)
             if entry is None and not _compiles(scan.key):
                 missing = interpret.run(tape, scan)
             else:

@@ -69,6 +69,22 @@ def test_char_lstm_trains_the_same_in_lazy_mode():
     np.testing.assert_allclose(lazy["valid_loss"], eager["valid_loss"], rtol=1e-5)
 
 
+def test_char_lstm_profile_prints_where_the_time_goes_and_writes_a_trace(tmp_path, capsys):
+    """--profile trains exactly as without it, and prints the profiler's tables."""
+    import json
+
+    char_lstm = load_example("char_lstm")
+    plain = char_lstm.main(["--quick"])
+    trace = tmp_path / "trace.json"
+    profiled = char_lstm.main(["--quick", "--profile", "--trace", str(trace)])
+    assert profiled["losses"] == plain["losses"]
+    out = capsys.readouterr().out
+    assert "lstm_cell " in out and "lstm_cell_grad (backward)" in out
+    assert "char_lstm.py:" in out and "% time" in out
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {"forward", "backward"} <= {e.get("cat") for e in events}
+
+
 def test_char_lstm_unrolls_as_many_steps_as_the_batch_is_long():
     char_lstm = load_example("char_lstm")
     model = char_lstm.CharLSTM(vocab_size=7, embed_dim=4, hidden_size=5)

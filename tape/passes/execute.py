@@ -19,6 +19,7 @@ import queue
 import numpy as np
 
 from ops.registry import REGISTRY
+from tape import instrument
 from tape.errors import ExecutionError, FluidError
 from tape.passes.plan import FAST, SINGLE
 
@@ -27,6 +28,8 @@ _NDARRAY = np.ndarray
 
 def run(plan, vals, threads=0):
     """Runs ``plan`` on ``vals`` (a list with one entry per slot, inputs filled in)."""
+    if instrument.ACTIVE is not None:  # a profiler or anomaly block is open
+        plan = instrument.observed_plan(plan)
     if threads > 1 and len(plan.instructions) > 1:
         run_threaded(plan, vals, threads)
     else:
