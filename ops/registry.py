@@ -192,6 +192,9 @@ class OpDef:
         self.side_effect = facts.pop("side_effect", False)
         self.differentiable = facts.pop("differentiable", True)
         self.returns = facts.pop("returns", None)
+        # How independent instances run as one call (ops.batching; None: the default rule,
+        # False: never batched).
+        self.batch = facts.pop("batch", None)
         if facts:
             raise TypeError(f"op '{op_type}': unknown facts {sorted(facts)}")
         self.single_output = len(self.output_slots) == 1 and not self.duplicable_outputs

@@ -42,7 +42,7 @@ from tape.variable import Failed, owner
 class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = 0, False, None, False
-        self.compile = None
+        self.compile, self.autobatch = None, "agenda"
 
 
 options = _Options()
@@ -63,6 +63,11 @@ class lazy:
         compile: None (default): a tape structure seen for the first time is interpreted
             (``tape.interpret``, about eager mode's cost) and compiled into a cached plan, with
             the rewrites, from its second sighting on; True: always compile; False: never.
+        autobatch: True (default) or a heuristic name ("agenda", "depth"): an interpreted run
+            groups independent ops of one signature into batched kernel calls
+            (``tape.passes.autobatch``: DyNet's autobatching; a structure that batched well
+            keeps being interpreted that way instead of compiled); False: off. ``exact=True``
+            switches it off too.
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
@@ -77,10 +82,32 @@ class lazy:
     """
 
     def __init__(
-        self, enabled=True, threads=0, validate=False, debug=None, exact=False, compile=None
+        self,
+        enabled=True,
+        threads=0,
+        validate=False,
+        debug=None,
+        exact=False,
+        compile=None,
+        autobatch=True,
     ):
+        from tape.passes.autobatch import HEURISTICS
+
         self.enabled = bool(enabled)
-        self.settings = (int(threads), bool(validate), debug, bool(exact), compile)
+        if autobatch is True:
+            autobatch = HEURISTICS[0]
+        elif autobatch not in (False, None) and autobatch not in HEURISTICS:
+            raise ValueError(
+                f"autobatch must be True, False or one of {list(HEURISTICS)}, not {autobatch!r}"
+            )
+        self.settings = (
+            int(threads),
+            bool(validate),
+            debug,
+            bool(exact),
+            compile,
+            autobatch or None,
+        )
 
     def __enter__(self):
         from tape.tape import get_global_tape, state
@@ -90,7 +117,14 @@ class lazy:
         # tape right away (held, it would double the objects the garbage collector scans).
         self.saved = (
             state.lazy,
-            (options.threads, options.validate, options.debug, options.exact, options.compile),
+            (
+                options.threads,
+                options.validate,
+                options.debug,
+                options.exact,
+                options.compile,
+                options.autobatch,
+            ),
             weakref.ref(current),
             current.record_all,
         )
@@ -102,6 +136,7 @@ class lazy:
             options.debug,
             options.exact,
             options.compile,
+            options.autobatch,
         ) = self.settings
         return self
 
@@ -127,6 +162,7 @@ class lazy:
                 options.debug,
                 options.exact,
                 options.compile,
+                options.autobatch,
             ) = settings
         if current is not None and current.lazy != outer:
             current.lazy = outer
@@ -153,10 +189,28 @@ def explain(tape=None) -> str:
         from tape.tape import get_global_tape
 
         tape = get_global_tape()
+    batched = getattr(tape, "_last_autobatch", None)
+    if batched is not None:
+        return _explain_autobatch(*batched)
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
     return pipeline.explain(compiled, CACHE)
+
+
+def _explain_autobatch(ran, groups):
+    """The account of an interpreted, autobatched run: each batched group's op type and size."""
+    members = sum(size for _, size in groups)
+    lines = [
+        f"interpreted run, autobatched: {ran} ops, {members} of them in {len(groups)} "
+        f"batched groups ({ran - members + len(groups)} kernel calls)"
+    ]
+    counts = collections.Counter(groups)
+    lines += [
+        f"  batched {op_type} x{size}" + (f" ({count} groups)" if count > 1 else "")
+        for (op_type, size), count in counts.items()
+    ]
+    return "\n".join(lines)
 
 
 def _run(tape, targets):
@@ -178,8 +232,14 @@ def _run_locked(tape, targets):
         if missing is None:
             entry = CACHE.get(scan.key)
             if entry is None and not _compiles(scan.key):
-                missing = interpret.run(tape, scan)
+                batching = None if options.exact else options.autobatch
+                missing = interpret.run(tape, scan, batching)
+                if batching is not None and missing is None and _batched_well(tape):
+                    _BATCHED[scan.key] = None
+                    if len(_BATCHED) > _SEEN_LIMIT:
+                        _BATCHED.popitem(last=False)
             else:
+                tape._last_autobatch = None
                 if entry is None:
                     entry = compile_trace(scan, options.debug)
                     CACHE.put(scan.key, entry)
@@ -193,6 +253,16 @@ def _run_locked(tape, targets):
 
 _SEEN = collections.OrderedDict()  # structures run once (interpreted), least recent first
 _SEEN_LIMIT = 256
+# Structures whose interpreted run autobatched well: they stay interpreted (with autobatching)
+# instead of compiled, as a plan runs one op at a time.
+_BATCHED = collections.OrderedDict()
+# An autobatched run "batched well" when at least this share of its ops ran in batched groups.
+BATCHED_SHARE = 0.25
+
+
+def _batched_well(tape):
+    ran, groups = tape._last_autobatch
+    return sum(size for _, size in groups) >= BATCHED_SHARE * ran
 
 
 def _compiles(key):
@@ -203,6 +273,9 @@ def _compiles(key):
         return options.compile
     if options.threads > 1 or options.validate or options.debug:
         return True
+    if key in _BATCHED and options.autobatch is not None and not options.exact:
+        _BATCHED.move_to_end(key)
+        return False
     if key in _SEEN:
         del _SEEN[key]
         return True
