@@ -127,7 +127,26 @@ class _View(Rule):
         return inputs[0][1].reshape((n,) + tuple(out_shape))
 
 
+class _Axes(Rule):
+    """Ops whose attributes name axes of per-example inputs (``slice``, ``slice_grad``): every
+    input per example, non-negative axes moved past the member axis (negative ones already
+    count from the end)."""
+
+    name = "axes"
+
+    def __init__(self, *names):
+        self.names = names
+
+    def accepts(self, attrs, shapes, each):
+        return all(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
+        return kernel(xp, {**attrs, **moved}, *(value for _, value in inputs))
+
+
 ELEMENTWISE = _Elementwise()
+SLICE = _Axes("axes", "decrease_axis")
 MATMUL = _Matmul()
 ROWS = _Rows()
 REDUCE = _Reduce()
@@ -143,4 +162,4 @@ def rule_of(defn):
     return rule or None
 
 
-__all__ = ["Rule", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]
+__all__ = ["Rule", "SLICE", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]

@@ -339,6 +339,15 @@ def test_view_and_lookup_rules():
     _members_equal("lookup_table", [(None, np.array([0, 4])) for _ in range(3)], (_r(5, 3), None))
 
 
+def test_slice_rule_moves_axes_past_the_member_axis():
+    cut = {"axes": [1], "starts": [1], "ends": [3]}
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), cut)
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), {**cut, "axes": [-1]})
+    one = {"axes": [0], "starts": [1], "ends": [2], "decrease_axis": [0]}
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), one)
+    _members_equal("slice_grad", [(_r(2, 4), _r(4)) for _ in range(3)], (None, None), one)
+
+
 def test_ops_opt_in_beside_their_kernels():
     assert batching.rule_of(REGISTRY["tanh"]) is batching.ELEMENTWISE  # elementwise default
     assert batching.rule_of(REGISTRY["matmul"]) is batching.MATMUL
