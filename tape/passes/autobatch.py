@@ -200,7 +200,7 @@ class _Signatures:
     """Signatures of ops, caching attribute keys and rule verdicts."""
 
     def __init__(self):
-        self.attrs, self.verdicts, self.interned = {}, {}, {}
+        self.verdicts, self.interned = {}, {}
 
     def of(self, op):
         """(rule, defn, attributes, inputs) or None when the op does not batch."""
@@ -211,17 +211,12 @@ class _Signatures:
         if rule is None:
             return None
         attrs = op.attrs
-        akey = self.attrs.get(id(attrs))
-        if akey is None:
-            try:
-                akey = tuple(sorted(attrs.items()))
-                hash(akey)
-            except TypeError:
-                akey = False
-            self.attrs[id(attrs)] = (akey, attrs)  # (holding attrs: its id stays unique)
-        else:
-            akey = akey[0]
-        if akey is False:
+        # An op's attribute dicts list their keys in the schema's order (check_attrs), so the
+        # values alone identify them.
+        akey = tuple(attrs.values())
+        try:
+            hash(akey)
+        except TypeError:
             return None
         parts, shapes, each = [], [], []
         for var in op.args:
