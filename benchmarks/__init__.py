@@ -17,4 +17,5 @@ WORKLOADS = (
     "chain",
     "tree_rnn",
     "treelstm",
+    "tagger",
 )
