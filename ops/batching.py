@@ -8,11 +8,11 @@ parameter in every member) -- and runs the group as one call. An op says how, be
 
 Ops flagged ``elementwise`` batch by default (``ELEMENTWISE``); ``batch=False`` opts out. A rule
 gets the per-example inputs already stacked along a new leading axis (``n`` members) and the
-shared inputs as they are, and returns one array of shape ``(n,) + out_shape`` whose row ``i``
-is member ``i``'s output, computed by the op's own kernel wherever possible (so batched results
-equal unbatched ones, up to the rounding of a BLAS call over more rows). A rule's ``accepts``
-says whether a signature batches at all (e.g. a 1-D product of two per-example vectors does
-not).
+shared inputs as they are (for ``LIST``, one stack per element of the op's one list slot), and
+returns one array of shape ``(n,) + out_shape`` whose row ``i`` is member ``i``'s output,
+computed by the op's own kernel wherever possible (so batched results equal unbatched ones, up
+to the rounding of a BLAS call over more rows). A rule's ``accepts`` says whether a signature
+batches at all (e.g. a 1-D product of two per-example vectors does not).
 """
 
 from __future__ import annotations
@@ -145,7 +145,21 @@ class _Axes(Rule):
         return kernel(xp, {**attrs, **moved}, *(value for _, value in inputs))
 
 
+class _List(Rule):
+    """Elementwise ops over one list of inputs of one shape (``sum``, which backward uses to add
+    up gradients): the members' j-th inputs are stacked, and the kernel gets the stacks."""
+
+    name = "list"
+
+    def accepts(self, attrs, shapes, each):
+        return all(each) and len(set(shapes)) == 1
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        return kernel(xp, attrs, [value for _, value in inputs])
+
+
 ELEMENTWISE = _Elementwise()
+LIST = _List()
 SLICE = _Axes("axes", "decrease_axis")
 MATMUL = _Matmul()
 ROWS = _Rows()
@@ -162,4 +176,4 @@ def rule_of(defn):
     return rule or None
 
 
-__all__ = ["Rule", "SLICE", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]
+__all__ = ["Rule", "SLICE", "LIST", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]

@@ -21,7 +21,14 @@ def _infer_sum(attrs, xs):
     return xs[0].shape, check_list_inputs(xs)
 
 
-@register("sum", inputs=("X*",), infer=_infer_sum, elementwise=True, no_need_buffer=("X",))
+@register(
+    "sum",
+    inputs=("X*",),
+    infer=_infer_sum,
+    elementwise=True,
+    no_need_buffer=("X",),
+    batch=batching.LIST,
+)
 def sum(xp, attrs, xs):  # noqa: A001  (the seed's name)
     """Out = X[0] + X[1] + ... (same shapes); backward uses it to add up gradients.
 

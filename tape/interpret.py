@@ -347,7 +347,11 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
     first = ops[members[0]]
     try:
         inputs = []
-        for slot, var in enumerate(first.args):
+        if first.args[0].__class__ is list:  # the list rule: one input per list position
+            for index in range(len(first.args[0])):
+                values = [_value(ops[p].args[0][index], staged) for p in members]
+                inputs.append((True, autobatch.gather(values, rows, xp)))
+        for slot, var in enumerate(() if inputs else first.args):
             if autobatch.shared(var):
                 inputs.append((False, _value(var, staged)))
             else:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import collections
 
-from ops.batching import rule_of
+from ops.batching import LIST, rule_of
 
 MIN_GROUP = 3
 HEURISTICS = ("agenda", "depth")
@@ -115,7 +115,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     level = depth[p] + 1
         waiting.append(count)
         depth.append(level)
-        keys.append(of(op) if fast else None)
+        keys.append(of(op))
         if fast:
             producer[id(op.results[0])] = offset
         else:
@@ -205,11 +205,16 @@ class _Signatures:
     def of(self, op):
         """(rule, defn, attributes, inputs) or None when the op does not batch."""
         defn = op.defn
-        if not defn.fast or defn.random or defn.side_effect or defn.inplace:
+        if defn.random or defn.side_effect or defn.inplace:
             return None
         rule = rule_of(defn)
         if rule is None:
             return None
+        args = op.args
+        if not defn.fast:  # only the list rule: one output, one list slot
+            if rule is not LIST or not defn.single_output or len(args) != 1:
+                return None
+            args = args[0]
         attrs = op.attrs
         # An op's attribute dicts list their keys in the schema's order (check_attrs), so the
         # values alone identify them.
@@ -219,7 +224,7 @@ class _Signatures:
         except TypeError:
             return None
         parts, shapes, each = [], [], []
-        for var in op.args:
+        for var in args:
             shape = var.shape if var.shape.__class__ is tuple else tuple(var.shape)
             shapes.append(shape)
             if shared(var):

@@ -348,6 +348,30 @@ def test_slice_rule_moves_axes_past_the_member_axis():
     _members_equal("slice_grad", [(_r(2, 4), _r(4)) for _ in range(3)], (None, None), one)
 
 
+def test_list_rule_adds_the_members_lists_position_by_position():
+    defn = REGISTRY["sum"]
+    members = [[_r(2, 3) for _ in range(3)] for _ in range(4)]
+    stacks = [(True, np.stack([m[j] for m in members])) for j in range(3)]
+    got = batching.LIST.run(np, defn.kernel, {}, stacks, 4, (2, 3))
+    for row, member in zip(got, members, strict=True):
+        np.testing.assert_array_equal(row, defn.kernel(np, {}, member))  # same order: exact
+    assert not batching.LIST.accepts({}, [(2, 3), (3,)], [True, True])
+
+
+def test_gradient_sums_run_batched():
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        w = _params()["w"]
+        xs = [tape.Variable(np.full(DIM, i + 1.0)) for i in range(4)]
+        hs = [ops.tanh(ops.matmul(x, w)) for x in xs]
+        outs = [ops.sum([h, h * h]) for h in hs]  # (a list op, as backward's sums)
+        tape.get_global_tape().realize(outs)
+        assert "batched sum x4" in tape.explain()
+        for x, out in zip(xs, outs, strict=True):
+            h = np.tanh(x.numpy() @ w.numpy())
+            np.testing.assert_allclose(out.numpy(), h + h * h, rtol=1e-13)
+
+
 def test_ops_opt_in_beside_their_kernels():
     assert batching.rule_of(REGISTRY["tanh"]) is batching.ELEMENTWISE  # elementwise default
     assert batching.rule_of(REGISTRY["matmul"]) is batching.MATMUL
