@@ -237,6 +237,24 @@ def test_a_structure_that_batched_well_stays_interpreted():
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_structure_that_batched_little_is_compiled_on_its_second_sighting():
+    def step():
+        tape.reset_global_tape()
+        h = tape.Variable(np.linspace(-1, 1, DIM))
+        for _ in range(12):  # a recurrence: nothing to batch
+            h = ops.tanh(h * 0.5 + 0.1)
+        extra = _linear_forest(3)
+        tape.get_global_tape().realize([h] + extra)
+        return h.numpy()
+
+    with tape.lazy():
+        first = step()
+        assert "autobatched" in tape.explain()
+        second = step()
+        assert tape.explain().startswith("ops kept")  # a compiled plan's account
+    np.testing.assert_allclose(second, first, rtol=1e-13)
+
+
 def test_unknown_heuristic_is_refused():
     with pytest.raises(ValueError, match="autobatch must be"):
         tape.lazy(autobatch="greedy")
