@@ -52,6 +52,8 @@ def _as_str(value):
 
 
 def _as_ints(value):
+    if value.__class__ is tuple and all(v.__class__ is int for v in value):
+        return value  # the common case (slices, shapes), on every recorded op: kept short
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         raise TypeError("a list of ints")
     try:
