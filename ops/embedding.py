@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops import batching
 from ops.compose import NUMPY_AXIS
 from ops.infer import result_dtype
 from ops.registry import Attr, register
@@ -61,7 +62,12 @@ def _infer_lookup(attrs, w, ids):
 
 
 @register(
-    "lookup_table", inputs=("W", "Ids"), attrs=_PADDING, infer=_infer_lookup, no_need_buffer=("W",)
+    "lookup_table",
+    inputs=("W", "Ids"),
+    attrs=_PADDING,
+    infer=_infer_lookup,
+    no_need_buffer=("W",),
+    batch=batching.ROWS,
 )
 def lookup_table(xp, attrs, w, ids):
     """Out = W[Ids]: one row of W per id, Out.shape = Ids.shape + (embedding_dim,).

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ops import batching
 from ops.blas import single_threaded
 from ops.infer import broadcast_shapes, result_dtype
 from ops.registry import Attr, register
@@ -152,6 +153,7 @@ def _t(a):
         "transpose_y": Attr("bool", False),
     },
     infer=_infer_matmul,
+    batch=batching.MATMUL,
 )
 def matmul(xp, attrs, x, y):
     """Out = op(X) @ op(Y), op transposing the last two axes when its flag is set; batch axes

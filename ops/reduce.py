@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ops import batching
 from ops.compose import NUMPY_AXIS
 from ops.infer import check_list_inputs, kernel_axes, normalize_axes, require_float
 from ops.registry import REGISTRY, Attr, register
@@ -20,7 +21,14 @@ def _infer_sum(attrs, xs):
     return xs[0].shape, check_list_inputs(xs)
 
 
-@register("sum", inputs=("X*",), infer=_infer_sum, elementwise=True, no_need_buffer=("X",))
+@register(
+    "sum",
+    inputs=("X*",),
+    infer=_infer_sum,
+    elementwise=True,
+    no_need_buffer=("X",),
+    batch=batching.LIST,
+)
 def sum(xp, attrs, xs):  # noqa: A001  (the seed's name)
     """Out = X[0] + X[1] + ... (same shapes); backward uses it to add up gradients.
 
@@ -139,7 +147,12 @@ REDUCE_ATTRS = {"axis": Attr("axes", None), "keepdim": Attr("bool", False)}
 
 
 @register(
-    "reduce_sum", inputs=("X",), attrs=REDUCE_ATTRS, infer=_infer_reduce_sum, no_need_buffer=("X",)
+    "reduce_sum",
+    inputs=("X",),
+    attrs=REDUCE_ATTRS,
+    infer=_infer_reduce_sum,
+    no_need_buffer=("X",),
+    batch=batching.REDUCE,
 )
 def reduce_sum(xp, attrs, x):
     """Out = sum of X over ``axis`` (all when None); bool and integers narrower than 64 bits sum
@@ -183,6 +196,7 @@ def _infer_reduce_mean(attrs, x):
     attrs=REDUCE_ATTRS,
     infer=_infer_reduce_mean,
     no_need_buffer=("X",),
+    batch=batching.REDUCE,
 )
 def reduce_mean(xp, attrs, x):
     """Out = mean of X over ``axis`` (all when None).  dX = broadcast(dOut) / (elements reduced)."""

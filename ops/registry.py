@@ -52,6 +52,8 @@ def _as_str(value):
 
 
 def _as_ints(value):
+    if value.__class__ is tuple and all(v.__class__ is int for v in value):
+        return value  # the common case (slices, shapes), on every recorded op: kept short
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         raise TypeError("a list of ints")
     try:
@@ -192,6 +194,9 @@ class OpDef:
         self.side_effect = facts.pop("side_effect", False)
         self.differentiable = facts.pop("differentiable", True)
         self.returns = facts.pop("returns", None)
+        # How independent instances run as one call (ops.batching; None: the default rule,
+        # False: never batched).
+        self.batch = facts.pop("batch", None)
         if facts:
             raise TypeError(f"op '{op_type}': unknown facts {sorted(facts)}")
         self.single_output = len(self.output_slots) == 1 and not self.duplicable_outputs

@@ -7,6 +7,7 @@ import builtins
 
 import numpy as np
 
+from ops import batching
 from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
 from ops.registry import Attr, register
 from ops.xp import scatter_add
@@ -64,7 +65,14 @@ _SLICE_ATTRS = {
 }
 
 
-@register("slice", inputs=("X",), attrs=_SLICE_ATTRS, infer=_infer_slice, no_need_buffer=("X",))
+@register(
+    "slice",
+    inputs=("X",),
+    attrs=_SLICE_ATTRS,
+    infer=_infer_slice,
+    no_need_buffer=("X",),
+    batch=batching.SLICE,
+)
 def slice(xp, attrs, x):  # noqa: A001  (Paddle's name)
     """Out = X[starts:ends:strides] on ``axes`` (Python slicing: negatives count from the end,
     bounds are clamped), without the extent-1 axes listed in ``decrease_axis``.
@@ -100,6 +108,7 @@ def _infer_slice_grad(attrs, x, gout):
     attrs=_SLICE_ATTRS,
     infer=_infer_slice_grad,
     no_need_buffer=("X",),
+    batch=batching.SLICE,
 )
 def slice_grad(xp, attrs, x, gout):
     """Out = zeros of X's shape with Out@GRAD written into the slice (X's values are unused).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from ops import batching
 from ops.infer import check_list_inputs, kernel_axes, normalize_axes, normalize_axis
 from ops.registry import Attr, register
 from tape.errors import AttrError, ShapeError
@@ -49,6 +50,7 @@ def _infer_reshape(attrs, x):
     attrs={"shape": Attr("ints", required=True)},
     infer=_infer_reshape,
     no_need_buffer=("X",),
+    batch=batching.VIEW,
 )
 def reshape(xp, attrs, x):
     """Out = X with a new shape (one -1 inferred).  dX = reshape(dOut, X.shape)."""
@@ -151,6 +153,7 @@ def _infer_squeeze(attrs, x):
     attrs={"axes": Attr("ints", ())},
     infer=_infer_squeeze,
     no_need_buffer=("X",),
+    batch=batching.VIEW,
 )
 def squeeze(xp, attrs, x):
     """Out = X without the listed size-1 axes (all size-1 axes when ``axes`` is empty).
@@ -179,6 +182,7 @@ def _infer_unsqueeze(attrs, x):
     attrs={"axes": Attr("ints", required=True)},
     infer=_infer_unsqueeze,
     no_need_buffer=("X",),
+    batch=batching.VIEW,
 )
 def unsqueeze(xp, attrs, x):
     """Out = np.expand_dims(X, axes): ``axes`` index Out's dimensions, which get extent 1.

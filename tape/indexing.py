@@ -259,8 +259,13 @@ def _basic(var, items):
         axis += 1
     out = var
     if axes:
-        out = REGISTRY["slice"](
-            var, axes=axes, starts=starts, ends=ends, strides=strides, decrease_axis=decrease
+        out = REGISTRY["slice"](  # (tuples: the attribute check's short path)
+            var,
+            axes=tuple(axes),
+            starts=tuple(starts),
+            ends=tuple(ends),
+            strides=tuple(strides),
+            decrease_axis=tuple(decrease),
         )
     if any(item is None for item in items):
         # Positions of None in the result: count the dimensions kept before each None.

@@ -42,7 +42,7 @@ from tape.variable import Failed, owner
 class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = 0, False, None, False
-        self.compile = None
+        self.compile, self.autobatch = None, "agenda"
 
 
 options = _Options()
@@ -66,6 +66,11 @@ class lazy:
         check_finite: check every op's outputs for NaN and Inf as the runs compute them and
             raise ``tape.NonFiniteError`` naming the first op that produced one (as
             ``tape.detect_anomaly()`` does; the block's runs, including the one on leaving it).
+        autobatch: True (default) or a heuristic name ("agenda", "depth"): an interpreted run
+            groups independent ops of one signature into batched kernel calls
+            (``tape.passes.autobatch``: DyNet's autobatching; a structure that batched well
+            keeps being interpreted that way instead of compiled); False: off. ``exact=True``
+            switches it off too.
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
@@ -88,9 +93,25 @@ class lazy:
         exact=False,
         compile=None,
         check_finite=False,
+        autobatch=True,
     ):
+        from tape.passes.autobatch import HEURISTICS
+
         self.enabled, self.check_finite = bool(enabled), bool(check_finite)
-        self.settings = (int(threads), bool(validate), debug, bool(exact), compile)
+        if autobatch is True:
+            autobatch = HEURISTICS[0]
+        elif autobatch not in (False, None) and autobatch not in HEURISTICS:
+            raise ValueError(
+                f"autobatch must be True, False or one of {list(HEURISTICS)}, not {autobatch!r}"
+            )
+        self.settings = (
+            int(threads),
+            bool(validate),
+            debug,
+            bool(exact),
+            compile,
+            autobatch or None,
+        )
 
     def __enter__(self):
         from tape.tape import get_global_tape, state
@@ -100,7 +121,14 @@ class lazy:
         # tape right away (held, it would double the objects the garbage collector scans).
         self.saved = (
             state.lazy,
-            (options.threads, options.validate, options.debug, options.exact, options.compile),
+            (
+                options.threads,
+                options.validate,
+                options.debug,
+                options.exact,
+                options.compile,
+                options.autobatch,
+            ),
             weakref.ref(current),
             current.record_all,
         )
@@ -112,6 +140,7 @@ class lazy:
             options.debug,
             options.exact,
             options.compile,
+            options.autobatch,
         ) = self.settings
         instrument.attach(check=self.check_finite)
         return self
@@ -138,6 +167,7 @@ class lazy:
                 options.debug,
                 options.exact,
                 options.compile,
+                options.autobatch,
             ) = settings
             instrument.detach(check=self.check_finite)
         if current is not None and current.lazy != outer:
@@ -165,10 +195,28 @@ def explain(tape=None) -> str:
         from tape.tape import get_global_tape
 
         tape = get_global_tape()
+    batched = getattr(tape, "_last_autobatch", None)
+    if batched is not None:
+        return _explain_autobatch(*batched)
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
     return pipeline.explain(compiled, CACHE)
+
+
+def _explain_autobatch(ran, groups):
+    """The account of an interpreted, autobatched run: each batched group's op type and size."""
+    members = sum(size for _, size in groups)
+    lines = [
+        f"interpreted run, autobatched: {ran} ops, {members} of them in {len(groups)} "
+        f"batched groups ({ran - members + len(groups)} kernel calls)"
+    ]
+    counts = collections.Counter(groups)
+    lines += [
+        f"  batched {op_type} x{size}" + (f" ({count} groups)" if count > 1 else "")
+        for (op_type, size), count in counts.items()
+    ]
+    return "\n".join(lines)
 
 
 def _run(tape, targets):
@@ -191,8 +239,14 @@ def _run_locked(tape, targets):
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
             entry = None if instrument.checking() else CACHE.get(scan.key)
             if entry is None and not _compiles(scan.key):
-                missing = interpret.run(tape, scan)
+                batching = None if options.exact else options.autobatch
+                missing = interpret.run(tape, scan, batching)
+                if batching is not None and missing is None and _batched_well(tape):
+                    _BATCHED[scan.key] = None
+                    if len(_BATCHED) > _SEEN_LIMIT:
+                        _BATCHED.popitem(last=False)
             else:
+                tape._last_autobatch = None
                 if entry is None:
                     entry = compile_trace(scan, options.debug)
                     CACHE.put(scan.key, entry)
@@ -206,6 +260,19 @@ def _run_locked(tape, targets):
 
 _SEEN = collections.OrderedDict()  # structures run once (interpreted), least recent first
 _SEEN_LIMIT = 256
+# Structures whose interpreted run autobatched well: they stay interpreted (with autobatching)
+# instead of compiled, as a plan runs one op at a time.
+_BATCHED = collections.OrderedDict()
+# An autobatched run "batched well" when it made at most this share of one kernel call per op
+# (a Tree-LSTM or tagger step: 0.1-0.2). An unrolled LSTM batches only its input products
+# (0.66): its compiled plan (fusion, no per-op dispatch) stays the faster choice.
+BATCHED_CALLS = 0.25
+
+
+def _batched_well(tape):
+    ran, groups = tape._last_autobatch
+    calls = ran - sum(size for _, size in groups) + len(groups)
+    return calls <= BATCHED_CALLS * ran
 
 
 def _compiles(key):
@@ -216,6 +283,9 @@ def _compiles(key):
         return options.compile
     if options.threads > 1 or options.validate or options.debug:
         return True
+    if key in _BATCHED and options.autobatch is not None and not options.exact:
+        _BATCHED.move_to_end(key)
+        return False
     if key in _SEEN:
         del _SEEN[key]
         return True

@@ -131,6 +131,15 @@ def test_tree_rnn_quick_loss_falls():
     assert 0.0 <= results["accuracy"] <= 1.0 and 0.0 < results["baseline"] < 1.0
 
 
+def test_tree_rnn_quick_lazy_autobatched_learns_and_reports_both_speeds():
+    tree_rnn = load_example("tree_rnn")
+    results = tree_rnn.main(["--quick", "--lazy"])
+    losses = [loss for _, loss, _ in results["log"]]
+    assert all_finite(losses) and losses[-1] < losses[0]
+    eager, lazy = results["speeds"]
+    assert eager > 0 and lazy > 0
+
+
 def test_tree_rnn_follows_each_tree():
     tree_rnn = load_example("tree_rnn")
     tree = ("*", ("+", 3, 4), ("*", 2, 7))

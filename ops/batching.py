@@ -1,0 +1,179 @@
+"""Batch rules: how one kernel call computes many independent instances of an op at once.
+
+The lazy scheduler's autobatching (``tape.passes.autobatch``) groups ops of one signature -- op
+type, attributes, per-example input shapes and dtypes, and which inputs are *shared* (the same
+parameter in every member) -- and runs the group as one call. An op says how, beside its kernel::
+
+    @register("matmul", ..., batch=batching.MATMUL)
+
+Ops flagged ``elementwise`` batch by default (``ELEMENTWISE``); ``batch=False`` opts out. A rule
+gets the per-example inputs already stacked along a new leading axis (``n`` members) and the
+shared inputs as they are (for ``LIST``, one stack per element of the op's one list slot), and
+returns one array of shape ``(n,) + out_shape`` whose row ``i`` is member ``i``'s output,
+computed by the op's own kernel wherever possible (so batched results equal unbatched ones, up
+to the rounding of a BLAS call over more rows). A rule's ``accepts`` says whether a signature
+batches at all (e.g. a 1-D product of two per-example vectors does not).
+"""
+
+from __future__ import annotations
+
+
+class Rule:
+    """A batch rule. ``accepts(attrs, shapes, each)``: per input slot its (per-example) shape
+    and whether it differs per example (False: shared by the group). ``run(xp, kernel, attrs,
+    inputs, n, out_shape)``: ``inputs`` has per slot ``(True, stacked)`` or ``(False, shared
+    value)``."""
+
+    name = "rule"
+
+    def accepts(self, attrs, shapes, each):
+        return any(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<batch rule {self.name}>"
+
+
+class _Elementwise(Rule):
+    """Broadcasting elementwise ops: stacked inputs get size-1 axes so that the leading member
+    axis lines up; shared inputs broadcast as they are. The seed's ``axis`` attribute (Paddle
+    broadcasting) only matters between inputs of different rank, so those do not batch."""
+
+    name = "elementwise"
+
+    def accepts(self, attrs, shapes, each):
+        if not any(each):
+            return False
+        return attrs.get("axis", -1) == -1 or len({len(s) for s in shapes}) == 1
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        if attrs.get("axis", -1) != -1:
+            attrs = {**attrs, "axis": -1}
+        rank = len(out_shape)
+        args = [
+            stacked.reshape((n,) + (1,) * (rank - stacked.ndim + 1) + stacked.shape[1:])
+            if each and stacked.ndim - 1 < rank
+            else stacked
+            for each, stacked in inputs
+        ]
+        out = kernel(xp, attrs, *args)
+        return out if out.shape[0] == n else xp.broadcast_to(out, (n,) + tuple(out_shape))
+
+
+class _Matmul(Rule):
+    """``op(X) @ op(Y)`` with a shared weight: the per-example operand's rows are joined into one
+    large product (``concat(x_i) @ W``, or ``W @ x_i`` as ``x_i @ W^T`` for vectors). With
+    neither operand shared (the weight gradients ``x_i^T @ g_i``), one batched product over the
+    stacked operands."""
+
+    name = "matmul"
+
+    def accepts(self, attrs, shapes, each):
+        (x, y), (x_each, y_each) = shapes, each
+        if x_each and not y_each:  # shared right operand
+            return len(x) == 1 or (len(x) == 2 and not attrs["transpose_x"])
+        if y_each and not x_each:  # shared left operand, per-example vector
+            return len(y) == 1
+        return x_each and y_each and len(x) == len(y) >= 2
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        (x_each, x), (y_each, y) = inputs
+        if x_each and not y_each:
+            rows = x.reshape(-1, x.shape[-1])  # (n*m, k): one product with the shared weight
+            attrs = {**attrs, "transpose_x": False}  # (a vector's flag means nothing)
+            return kernel(xp, attrs, rows, y).reshape((n,) + tuple(out_shape))
+        if y_each and not x_each:  # W @ y_i for vectors y_i: rows y_i @ op(W)^T
+            flipped = {"transpose_x": False, "transpose_y": not attrs["transpose_x"]}
+            return kernel(xp, flipped, y, x)
+        return kernel(xp, attrs, x, y)
+
+
+class _Rows(Rule):
+    """Ops that act independently on every leading index of their per-example input and read
+    the shared ones whole (``lookup_table``: ids per example, one table)."""
+
+    name = "rows"
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        return kernel(xp, attrs, *(value for _, value in inputs))
+
+
+class _Reduce(Rule):
+    """Reductions with ``axis`` (None: all) and ``keepdim``: the same reduction of every member,
+    its axes moved past the member axis."""
+
+    name = "reduce"
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        ((_, stacked),) = inputs
+        rank = stacked.ndim - 1
+        axis = attrs["axis"]
+        axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
+        return kernel(xp, {**attrs, "axis": tuple(a + 1 for a in axes)}, stacked)
+
+
+class _View(Rule):
+    """Ops that only re-describe their input's elements in C order (reshape, squeeze,
+    unsqueeze): one reshape of the stacked members."""
+
+    name = "view"
+
+    def accepts(self, attrs, shapes, each):
+        return each[0]
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        return inputs[0][1].reshape((n,) + tuple(out_shape))
+
+
+class _Axes(Rule):
+    """Ops whose attributes name axes of per-example inputs (``slice``, ``slice_grad``): every
+    input per example, non-negative axes moved past the member axis (negative ones already
+    count from the end)."""
+
+    name = "axes"
+
+    def __init__(self, *names):
+        self.names = names
+
+    def accepts(self, attrs, shapes, each):
+        return all(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
+        return kernel(xp, {**attrs, **moved}, *(value for _, value in inputs))
+
+
+class _List(Rule):
+    """Elementwise ops over one list of inputs of one shape (``sum``, which backward uses to add
+    up gradients): the members' j-th inputs are stacked, and the kernel gets the stacks."""
+
+    name = "list"
+
+    def accepts(self, attrs, shapes, each):
+        return all(each) and len(set(shapes)) == 1
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        return kernel(xp, attrs, [value for _, value in inputs])
+
+
+ELEMENTWISE = _Elementwise()
+LIST = _List()
+SLICE = _Axes("axes", "decrease_axis")
+MATMUL = _Matmul()
+ROWS = _Rows()
+REDUCE = _Reduce()
+VIEW = _View()
+
+
+def rule_of(defn):
+    """The op's batch rule, or None: its own ``batch`` fact, else ``ELEMENTWISE`` for plain
+    elementwise ops (one output, one Variable per input)."""
+    rule = defn.batch
+    if rule is None:
+        return ELEMENTWISE if defn.elementwise and defn.fast else None
+    return rule or None
+
+
+__all__ = ["Rule", "SLICE", "LIST", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]

@@ -1,0 +1,397 @@
+"""Autobatching (tape.passes.autobatch, ops.batching): independent ops of one signature in a lazy
+run become one batched call, with the values and gradients of one op at a time (within the
+rounding of a larger product; bit for bit with exact=True or autobatch=False), errors naming the
+member that failed, random ops left in their order, and held intermediates readable.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ops
+import tape
+from ops import batching
+from ops.registry import REGISTRY, register, unregister
+from tape.errors import FluidError
+from tape.passes import autobatch
+
+DIM = 4
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    params = {
+        "w": tape.Variable(rng.standard_normal((DIM, DIM)), requires_grad=True),
+        "b": tape.Variable(rng.standard_normal(DIM), requires_grad=True),
+        "table": tape.Variable(rng.standard_normal((7, DIM)), requires_grad=True),
+    }
+    for name, var in params.items():
+        var.name, var.persistable = name, True
+    return params
+
+
+# One step of a per-example program: (name, function of (h, params, the example's own input)).
+STEPS = {
+    "xw": lambda h, p, x: ops.matmul(h, p["w"]),
+    "wx": lambda h, p, x: ops.matmul(p["w"], h) if h.ndim == 1 else h,
+    "xwt": lambda h, p, x: ops.matmul(h, p["w"], transpose_y=True),
+    "bias": lambda h, p, x: h + p["b"],
+    "tanh": lambda h, p, x: ops.tanh(h),
+    "relu": lambda h, p, x: ops.relu(h),
+    "sigmoid": lambda h, p, x: ops.sigmoid(h),
+    "times_input": lambda h, p, x: h * x,
+    "outer": lambda h, p, x: ops.matmul(h, x, transpose_x=True) if h.ndim == 2 else h,
+    "sum_rows": lambda h, p, x: ops.reduce_sum(h, axis=0) if h.ndim == 2 else h,
+    "unsqueeze": lambda h, p, x: ops.reshape(h, shape=(1, DIM)) if h.ndim == 1 else h,
+}
+
+
+def _example(program, rows, ids, params, seed):
+    """One example's graph: an embedding lookup, then ``program``; returns (loss, held)."""
+    x = tape.Variable(np.random.default_rng(seed).standard_normal(rows))
+    h = ops.lookup_table(params["table"], tape.Variable(np.array(ids)))
+    if len(rows) == 1:
+        h = ops.reshape(h, shape=(DIM,))
+    held = []
+    for name in program:
+        h = STEPS[name](h, params, x if h.shape == x.shape else ops.tanh(h))
+        held.append(h)
+    return ops.reduce_sum(h * h), held
+
+
+def _forest(examples, mode):
+    """Values and gradients of the forest ``examples`` ((program, rows, ids) each) in ``mode``:
+    'eager', or the keyword arguments of tape.lazy."""
+    params = _params()
+    tape.reset_global_tape()
+
+    def build():
+        losses, held = [], []
+        for index, (program, rows, ids) in enumerate(examples):
+            loss, kept = _example(program, rows, ids, params, seed=index)
+            losses.append(loss)
+            held += kept
+        total = ops.sum(losses)
+        tape.backward(total)
+        return total, held
+
+    if mode == "eager":
+        total, held = build()
+    else:
+        with tape.lazy(**mode):
+            tape.reset_global_tape()
+            total, held = build()
+    grads = {name: p.grad() for name, p in params.items()}
+    grads = {name: None if g is None else g.numpy().copy() for name, g in grads.items()}
+    return total.numpy().copy(), [h.numpy().copy() for h in held], grads
+
+
+_programs = st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5)
+
+
+@st.composite
+def _forests(draw):
+    """A few programs, each run by several examples of their own row counts and ids."""
+    examples = []
+    for program in draw(st.lists(_programs, min_size=1, max_size=3)):
+        for _ in range(draw(st.integers(1, 5))):
+            rows = draw(st.sampled_from([(DIM,), (1, DIM), (2, DIM)]))
+            ids = draw(st.integers(0, 6)) if len(rows) == 1 else [0, 6][: rows[0]]
+            examples.append((program, rows, ids))
+    return draw(st.permutations(examples))
+
+
+@settings(max_examples=25, deadline=None)
+@given(_forests())
+def test_batched_forest_equals_one_op_at_a_time(examples):
+    want = _forest(examples, "eager")
+    batched = _forest(examples, {"compile": False})
+    unbatched = _forest(examples, {"compile": False, "autobatch": False})
+    exact = _forest(examples, {"compile": False, "exact": True})
+    for got in (unbatched, exact):  # bit for bit
+        np.testing.assert_array_equal(got[0], want[0])
+        for a, b in zip(got[1], want[1], strict=True):
+            np.testing.assert_array_equal(a, b)
+        for name in want[2]:
+            assert (got[2][name] is None) == (want[2][name] is None), name
+            np.testing.assert_array_equal(got[2][name], want[2][name])
+    np.testing.assert_allclose(batched[0], want[0], rtol=1e-12)
+    for a, b in zip(batched[1], want[1], strict=True):  # held intermediates
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for name in want[2]:
+        if want[2][name] is None:
+            assert batched[2][name] is None, name
+        else:
+            np.testing.assert_allclose(batched[2][name], want[2][name], rtol=1e-11, atol=1e-12)
+
+
+def _linear_forest(count, dim=DIM):
+    params = _params()
+    outs = []
+    for i in range(count):
+        x = tape.Variable(np.full(dim, float(i)))
+        outs.append(ops.relu(ops.matmul(x, params["w"]) + params["b"]))
+    return outs
+
+
+def test_explain_names_the_groups_and_their_sizes():
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        outs = _linear_forest(5)
+        tape.get_global_tape().realize(outs)
+        text = tape.explain()
+    assert "autobatched" in text
+    for line in ("batched matmul x5", "batched elementwise_add x5", "batched relu x5"):
+        assert line in text, text
+
+
+def test_groups_smaller_than_the_cost_model_minimum_run_alone():
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        outs = _linear_forest(autobatch.MIN_GROUP - 1)
+        tape.get_global_tape().realize(outs)
+        assert "0 batched groups" in tape.explain()
+
+
+def test_autobatch_off_and_exact_record_no_groups():
+    for options in ({"autobatch": False}, {"exact": True}):
+        with tape.lazy(compile=False, **options):
+            tape.reset_global_tape()
+            tape.get_global_tape().realize(_linear_forest(5))
+            assert "batched" not in tape.explain()
+
+
+def test_dependent_ops_of_one_signature_are_never_grouped():
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        x = tape.Variable(np.linspace(-1, 1, DIM))
+        chain = [x]
+        for _ in range(5):
+            chain.append(ops.tanh(chain[-1]))
+        np.testing.assert_array_equal(
+            chain[-1].numpy(), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(np.linspace(-1, 1, DIM))))))
+        )
+        assert "0 batched groups" in tape.explain()
+
+
+@pytest.fixture
+def failing_op():
+    """An elementwise op whose kernel fails (at run time) on negative inputs."""
+
+    @register(
+        "checked_sqrt", inputs=("X",), infer=lambda attrs, x: (x.shape, x.dtype), elementwise=True
+    )
+    def checked_sqrt(xp, attrs, x):
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return xp.sqrt(x)
+
+    yield checked_sqrt
+    unregister("checked_sqrt")
+
+
+def test_an_error_in_one_member_names_that_members_op_and_line(failing_op):
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        good = [failing_op(tape.Variable(np.full(DIM, 4.0))) for _ in range(3)]
+        bad = failing_op(tape.Variable(np.full(DIM, -1.0)))  # the failing member
+        line = test_an_error_in_one_member_names_that_members_op_and_line.__code__.co_firstlineno
+        with pytest.raises(FluidError) as caught:
+            ops.sum(good + [bad]).numpy()
+    message = str(caught.value)
+    assert "op 'checked_sqrt'" in message and "negative input" in message
+    assert f"test_autobatch.py:{line + 4}" in message, message
+
+
+def test_random_ops_keep_eager_draws():
+    def run(lazy):
+        tape.seed(7)
+        tape.reset_global_tape()
+        xs = [tape.Variable(np.full((3, DIM), float(i + 1))) for i in range(4)]
+        outs = [ops.tanh(ops.dropout(x * 2.0, dropout_prob=0.5)[0]) for x in xs]
+        tape.get_global_tape().realize(outs)
+        return [o.numpy().copy() for o in outs]
+
+    want = run(False)
+    with tape.lazy(compile=False):
+        got = run(True)
+        assert "batched tanh x4" in tape.explain()
+        assert "dropout" not in tape.explain()
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_structure_that_batched_well_stays_interpreted():
+    def step():
+        tape.reset_global_tape()
+        outs = _linear_forest(6)
+        tape.get_global_tape().realize(outs)
+        return [o.numpy() for o in outs]
+
+    with tape.lazy():
+        first = step()
+        second = step()  # same structure: not compiled into a one-op-at-a-time plan
+        assert "autobatched" in tape.explain()
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_structure_that_batched_little_is_compiled_on_its_second_sighting():
+    def step():
+        tape.reset_global_tape()
+        h = tape.Variable(np.linspace(-1, 1, DIM))
+        for _ in range(12):  # a recurrence: nothing to batch
+            h = ops.tanh(h * 0.5 + 0.1)
+        extra = _linear_forest(3)
+        tape.get_global_tape().realize([h] + extra)
+        return h.numpy()
+
+    with tape.lazy():
+        first = step()
+        assert "autobatched" in tape.explain()
+        second = step()
+        assert tape.explain().startswith("ops kept")  # a compiled plan's account
+    np.testing.assert_allclose(second, first, rtol=1e-13)
+
+
+def test_unknown_heuristic_is_refused():
+    with pytest.raises(ValueError, match="autobatch must be"):
+        tape.lazy(autobatch="greedy")
+
+
+# The batch rules on their own: one call equals the op applied to each member.
+
+
+def _members_equal(op_type, per_example, shared, attrs=None, slots_each=None):
+    """Runs ``op_type``'s batch rule over ``per_example`` (list of tuples of arrays, None where
+    the input is ``shared``) and compares each row with the op's kernel on that member."""
+    defn = REGISTRY[op_type]
+    attrs = defn.check_attrs(attrs or {})
+    rule = batching.rule_of(defn)
+    each = [value is None for value in shared]
+    shapes = [
+        np.shape(per_example[0][i]) if each[i] else np.shape(shared[i]) for i in range(len(each))
+    ]
+    assert rule.accepts(attrs, shapes, each)
+    inputs = [
+        (True, np.stack([m[i] for m in per_example])) if each[i] else (False, shared[i])
+        for i in range(len(each))
+    ]
+    members = [[m[i] if each[i] else shared[i] for i in range(len(each))] for m in per_example]
+    want = [defn.kernel(np, attrs, *m) for m in members]
+    got = rule.run(np, defn.kernel, attrs, inputs, len(members), np.shape(want[0]))
+    assert got.shape == (len(members),) + np.shape(want[0])
+    for row, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(row, expected, rtol=1e-13)
+
+
+RNG = np.random.default_rng(3)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("vector @ shared W", [(_r(3), None) for _ in range(4)], (None, _r(3, 5)), {}),
+        (
+            "rows @ shared W^T",
+            [(_r(2, 3), None) for _ in range(4)],
+            (None, _r(5, 3)),
+            {"transpose_y": True},
+        ),
+        ("shared W @ vector", [(None, _r(3)) for _ in range(4)], (_r(5, 3), None), {}),
+        (
+            "shared W^T @ vector",
+            [(None, _r(5)) for _ in range(4)],
+            (_r(5, 3), None),
+            {"transpose_x": True},
+        ),
+        (
+            "x^T @ g per example",
+            [(_r(1, 3), _r(1, 5)) for _ in range(4)],
+            (None, None),
+            {"transpose_x": True},
+        ),
+    ],
+    ids=lambda case: case[0],
+)
+def test_matmul_rule(case):
+    _, members, shared, attrs = case
+    _members_equal("matmul", members, shared, attrs)
+
+
+def test_matmul_rule_refuses_a_dot_of_two_per_example_vectors():
+    attrs = REGISTRY["matmul"].check_attrs({})
+    assert not batching.MATMUL.accepts(attrs, [(3,), (3,)], [True, True])
+
+
+@pytest.mark.parametrize(
+    "attrs", [{}, {"axis": [0]}, {"axis": [-1], "keepdim": True}, {"axis": [0, 1]}]
+)
+def test_reduce_rule(attrs):
+    _members_equal("reduce_sum", [(_r(2, 3),) for _ in range(3)], (None,), attrs)
+    _members_equal("reduce_mean", [(_r(2, 3),) for _ in range(3)], (None,), attrs)
+
+
+def test_elementwise_rule_broadcasts_members_of_lower_rank_and_shared_inputs():
+    _members_equal("elementwise_add", [(_r(3), None) for _ in range(4)], (None, _r(2, 3)))
+    _members_equal("elementwise_mul", [(_r(2, 3), _r(3)) for _ in range(4)], (None, None))
+    _members_equal("tanh", [(_r(2, 3),) for _ in range(3)], (None,))
+    _members_equal("elementwise_add", [(_r(3), None) for _ in range(3)], (None, _r(3)), {"axis": 0})
+
+
+def test_elementwise_rule_refuses_seed_axis_broadcasting_between_ranks():
+    attrs = REGISTRY["elementwise_add"].check_attrs({"axis": 0})
+    assert not batching.ELEMENTWISE.accepts(attrs, [(2, 3), (2,)], [True, True])
+
+
+def test_view_and_lookup_rules():
+    _members_equal("reshape", [(_r(1, 6),) for _ in range(3)], (None,), {"shape": [2, 3]})
+    _members_equal("unsqueeze", [(_r(4),) for _ in range(3)], (None,), {"axes": [0]})
+    ids = [(None, np.array(i % 5)) for i in range(4)] + [(None, np.array(2))]
+    _members_equal("lookup_table", ids, (_r(5, 3), None))
+    _members_equal("lookup_table", [(None, np.array([0, 4])) for _ in range(3)], (_r(5, 3), None))
+
+
+def test_slice_rule_moves_axes_past_the_member_axis():
+    cut = {"axes": [1], "starts": [1], "ends": [3]}
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), cut)
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), {**cut, "axes": [-1]})
+    one = {"axes": [0], "starts": [1], "ends": [2], "decrease_axis": [0]}
+    _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), one)
+    _members_equal("slice_grad", [(_r(2, 4), _r(4)) for _ in range(3)], (None, None), one)
+
+
+def test_list_rule_adds_the_members_lists_position_by_position():
+    defn = REGISTRY["sum"]
+    members = [[_r(2, 3) for _ in range(3)] for _ in range(4)]
+    stacks = [(True, np.stack([m[j] for m in members])) for j in range(3)]
+    got = batching.LIST.run(np, defn.kernel, {}, stacks, 4, (2, 3))
+    for row, member in zip(got, members, strict=True):
+        np.testing.assert_array_equal(row, defn.kernel(np, {}, member))  # same order: exact
+    assert not batching.LIST.accepts({}, [(2, 3), (3,)], [True, True])
+
+
+def test_gradient_sums_run_batched():
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        w = _params()["w"]
+        xs = [tape.Variable(np.full(DIM, i + 1.0)) for i in range(4)]
+        hs = [ops.tanh(ops.matmul(x, w)) for x in xs]
+        outs = [ops.sum([h, h * h]) for h in hs]  # (a list op, as backward's sums)
+        tape.get_global_tape().realize(outs)
+        assert "batched sum x4" in tape.explain()
+        for x, out in zip(xs, outs, strict=True):
+            h = np.tanh(x.numpy() @ w.numpy())
+            np.testing.assert_allclose(out.numpy(), h + h * h, rtol=1e-13)
+
+
+def test_ops_opt_in_beside_their_kernels():
+    assert batching.rule_of(REGISTRY["tanh"]) is batching.ELEMENTWISE  # elementwise default
+    assert batching.rule_of(REGISTRY["matmul"]) is batching.MATMUL
+    assert batching.rule_of(REGISTRY["dropout"]) is None  # random: not elementwise-batched
+    assert batching.rule_of(REGISTRY["concat"]) is None
