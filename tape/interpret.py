@@ -62,7 +62,9 @@ def _run(tape, scan, autobatch):
     decision = _decide(tape, scan)
     if decision.__class__ is not _Decision:
         return decision  # a Variable to recompute
-    snapshot = rollback.Snapshot(any(op.defn.random for op in decision.ops))
+    snapshot = rollback.Snapshot(
+        any(op.defn.random for op in decision.ops), _produced(decision.ops)
+    )
     staged = {}
     committed = False
     try:
@@ -79,6 +81,18 @@ def _run(tape, scan, autobatch):
             rollback.abort(tape, list(decision.ops), err, snapshot, {})
         raise
     return None
+
+
+def _produced(ops):
+    """Ids of the Variables ``ops`` compute (not those they update in place)."""
+    ids = set()
+    for op in ops:
+        if op.defn.fast:
+            ids.add(id(op.results[0]))
+            continue
+        inputs = set(map(id, op.input_vars()))
+        ids.update(key for key in map(id, op.output_vars()) if key not in inputs)
+    return ids
 
 
 class _Decision:
@@ -196,13 +210,61 @@ def _decide(tape, scan):
         # (kernel, attrs, inputs, a plain op's results tuple or None, bound?, frees); the tuple,
         # not the output itself: the refcount test counts what the tape's ops hold
         results = op.results if defn.fast else None
-        steps.append(
-            (kernel, op.attrs, op.args, results, in_place[position], tuple(frees[position]))
-        )
+        attrs = op.attrs
+        if "reuse_grad" in defn.attrs and not attrs["reuse_grad"]:
+            attrs = _donor(op, position, last_use, keep, index, refs) or attrs
+        steps.append((kernel, attrs, op.args, results, in_place[position], tuple(frees[position])))
     chosen.reverse()
     if instrument.ACTIVE is not None:  # a profiler or anomaly block is open
         steps = instrument.observed_steps(chosen, steps)
     return _Decision(chosen, steps, overwritten)
+
+
+class _Donating(dict):
+    """An update's attributes when its gradient is read by nothing after it: the kernel may
+    compute the new parameter in the gradient's buffer (``reuse_grad``, as eager optimizer
+    steps do), if at run time that buffer is the gradient's alone. Saves a parameter-sized
+    buffer per update (the old value stays until the run commits, for rollback)."""
+
+    __slots__ = ("grad_at", "grad", "known")
+
+
+def _donor(op, position, last_use, keep, index, refs):
+    slots = op.defn.input_slots
+    if "Grad" not in slots:
+        return None
+    at = slots.index("Grad")
+    grad = op.args[at]
+    key = id(grad)
+    if (
+        grad.__class__ is list
+        or last_use.get(key) != position
+        or key in keep
+        or grad.persistable
+        or index.get(key) is None
+    ):
+        return None
+    donating = _Donating(op.attrs)
+    donating["reuse_grad"] = True
+    donating.grad_at, donating.grad, donating.known = at, grad, refs[index[key]]
+    return donating
+
+
+def _attrs_for(attrs, values):
+    """``attrs``, or the donating ones where the gradient's buffer is provably its own: an
+    owned, writable array held only by its Variable and ``values`` (no view, no user)."""
+    if attrs.__class__ is not _Donating:
+        return attrs
+    value = values[attrs.grad_at]
+    if (
+        value.__class__ is _NDARRAY
+        and value.base is None
+        and value.flags.writeable
+        and _count(value) <= 4  # its Variable, values, ``value``, the argument
+        and _count(attrs.grad) <= attrs.known + 3  # (as the frees count: no user reference)
+    ):
+        return attrs
+    return dict(attrs, reuse_grad=False)
 
 
 def _awaits(outputs):
@@ -244,9 +306,13 @@ def _execute(tape, decision, snapshot, staged, xp, variables):
         for kernel, attrs, args, results, bound, frees in decision.steps:
             if results is not None:  # one output, one Variable per input: the common case
                 if staged:
-                    result = kernel(xp, attrs, *[_value(v, staged) for v in args])
+                    values = [_value(v, staged) for v in args]
                 else:
-                    result = kernel(xp, attrs, *[v._value for v in args])
+                    values = [v._value for v in args]
+                if attrs.__class__ is _Donating:
+                    attrs = _attrs_for(attrs, values)
+                result = kernel(xp, attrs, *values)
+                values = None
                 if is_numpy and result.__class__ is not _NDARRAY:
                     result = np.asarray(result)
                 out = results[0]
@@ -256,7 +322,7 @@ def _execute(tape, decision, snapshot, staged, xp, variables):
                     out._value, out._pending = result, None
                 out = None
             else:
-                _general(decision.ops[position], kernel, xp, staged, is_numpy)
+                _general(decision.ops[position], kernel, attrs, xp, staged, is_numpy)
             if frees:
                 for slot, known in frees:
                     var = variables[slot]
@@ -322,9 +388,13 @@ def _located_step(step, op, xp, staged, is_numpy):
     kernel, attrs, args, results, bound, _ = step
     try:
         if results is None:
-            _general(op, kernel, xp, staged, is_numpy)
+            _general(op, kernel, attrs, xp, staged, is_numpy)
             return
-        result = kernel(xp, attrs, *[_value(v, staged) for v in args])
+        values = [_value(v, staged) for v in args]
+        if attrs.__class__ is _Donating:
+            attrs = _attrs_for(attrs, values)
+        result = kernel(xp, attrs, *values)
+        values = None
         if is_numpy and result.__class__ is not _NDARRAY:
             result = np.asarray(result)
         out = results[0]
@@ -373,7 +443,7 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
         result._value, result._pending = part, None
 
 
-def _general(op, kernel, xp, staged, is_numpy):
+def _general(op, kernel, attrs, xp, staged, is_numpy):
     """An op with several outputs, list inputs or absent ones."""
     values = [
         None
@@ -383,7 +453,7 @@ def _general(op, kernel, xp, staged, is_numpy):
         else _value(entry, staged)
         for entry in op.args
     ]
-    results = kernel(xp, op.attrs, *values)
+    results = kernel(xp, _attrs_for(attrs, values), *values)
     _store(op, (results,) if op.defn.single_output else results, staged, is_numpy)
 
 

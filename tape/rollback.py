@@ -27,15 +27,19 @@ class Snapshot:
     """What a run may disturb before it commits: the random generators' states (only when
     the plan draws random numbers) and the inputs whose values the run takes over."""
 
-    __slots__ = ("generators", "released")
+    __slots__ = ("generators", "released", "produced")
 
-    def __init__(self, random):
+    def __init__(self, random, produced=frozenset()):
         self.generators = random_state.states() if random else None
         self.released = []
+        self.produced = produced  # ids of the Variables the run itself computes
 
     def release(self, var):
-        """Hands ``var``'s value to the run (which frees it), remembering it for ``abort``."""
-        self.released.append((var, var._value))
+        """Frees ``var``'s value; one the run did not compute (an input it takes over) is
+        remembered for ``abort``. What the run computed is freed for real: a failed run
+        recomputes it, so keeping it would hold every buffer of the run until its end."""
+        if id(var) not in self.produced:
+            self.released.append((var, var._value))
         var._value = None
 
 
