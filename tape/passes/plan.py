@@ -48,6 +48,7 @@ class Plan:
     xp: object
     analysis: object = None
     random: bool = False  # whether a kernel draws random numbers
+    parallel: tuple = None  # (workers, chosen): threads="auto"'s verdict (passes.parallel)
 
 
 def kernel_for(defn, xp):
