@@ -7,4 +7,14 @@ implementation computes the same loss and gradients at a tiny size.
 """
 
 # Workload modules (benchmarks/<name>.py), in the order the table lists them.
-WORKLOADS = ("overhead", "mlp", "lstm", "cnn", "lstm_lm", "chain_forward", "chain")
+WORKLOADS = (
+    "overhead",
+    "mlp",
+    "lstm",
+    "cnn",
+    "lstm_lm",
+    "chain_forward",
+    "chain",
+    "parallel",
+    "scaling",
+)
