@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 import numpy as np
 
@@ -31,7 +32,13 @@ def run(plan, vals, threads=0):
     """Runs ``plan`` on ``vals`` (a list with one entry per slot, inputs filled in) on
     ``threads`` threads (0 or 1: in program order; "auto": as ``passes.parallel`` chooses)."""
     if threads == "auto":
-        threads = parallel.choose(plan)
+        choice = parallel.choose(plan)
+        threads, trial = choice.next()
+        if trial:
+            started = time.perf_counter()
+            run(plan, vals, threads)
+            choice.record(threads, time.perf_counter() - started)
+            return
     if threads > 1 and len(plan.instructions) > 1:
         run_threaded(plan, vals, threads)
     else:

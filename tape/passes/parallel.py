@@ -16,21 +16,25 @@ is the same on every run of a plan):
   no schedule beats it), the total work divided by the workers, and the Python of every
   instruction with ``HANDOFF_SECONDS`` of bookkeeping each (one GIL: Python never overlaps).
 
-The pool is chosen when ``threaded < MARGIN * sequential``: only where the model says it wins
-clearly, since a wrong choice for parallel costs more than a wrong choice for program order.
-So a chain of any size runs in order (its critical path is all its work), as does any tape of
-small ops (the hand-off dominates), and 8 independent branches of 64x192 @ 192x192 products
-run on the pool. The constants were measured on the 2-core machine this was written on (numpy
+The pool is a candidate when ``threaded < MARGIN * sequential``: only where the model says it
+wins clearly. So a chain of any size runs in order (its critical path is all its work), as does
+any tape of small ops (the hand-off dominates), while 8 independent branches of 64x192 @ 192x192
+products are a candidate. A candidate plan's first runs are timed both ways (``TRIALS`` each,
+interleaved) and the faster median is kept, the trials repeated every ``RETRY`` runs: on a
+shared machine whose other processes keep the cores busy the pool loses, and then the plan runs
+in order. The constants were measured on the 2-core machine this was written on (numpy
 with OpenBLAS, float32): a 64x192 @ 192x192 product ~60 us on one thread, ``tanh`` ~1.5 ns per
 element, ~2 us of Python per instruction in order and ~3 us more per instruction on the pool.
 
-Cost: O(instructions + dependency edges), computed once per plan and cached on it.
+Cost: O(instructions + dependency edges), computed once per plan and cached on it; a trial is
+one ``perf_counter`` pair around a run.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 
 MAC_SECONDS = 2.5e-11
 ELEMENT_SECONDS = 1.0e-9
@@ -39,6 +43,8 @@ HANDOFF_SECONDS = 3e-6
 START_SECONDS = 1e-4
 BLAS_SPEEDUP = 1.6
 MARGIN = 0.8
+TRIALS = 3
+RETRY = 500
 PRODUCTS = frozenset({"matmul", "mul"})
 
 
@@ -81,19 +87,54 @@ def estimate(plan, workers):
     return seq, threaded
 
 
+class Choice:
+    """``threads="auto"``'s state for one plan: the model's verdict and, where it nominates the
+    pool, timed trials of both ways (``TRIALS`` runs each, interleaved) that decide; the trials
+    are repeated every ``RETRY`` runs, since the load of a shared machine changes."""
+
+    __slots__ = ("workers", "candidate", "times", "chosen", "runs")
+
+    def __init__(self, workers, candidate):
+        self.workers, self.candidate = workers, candidate
+        self.times = {0: [], workers: []}
+        self.chosen = 0  # program order until the trials say otherwise
+        self.runs = 0
+
+    def next(self):
+        """(workers for the next run, whether to time it for a trial)."""
+        if not self.candidate:
+            return 0, False
+        self.runs += 1
+        if self.runs > RETRY:
+            self.runs = 1
+            self.times = {0: [], self.workers: []}
+        sequential, threaded = self.times[0], self.times[self.workers]
+        if len(threaded) < TRIALS:
+            return (0 if len(sequential) <= len(threaded) else self.workers), True
+        return self.chosen, False
+
+    def record(self, workers, seconds):
+        times = self.times[workers]
+        times.append(seconds)
+        sequential, threaded = self.times[0], self.times[self.workers]
+        if len(sequential) == len(threaded) == TRIALS:
+            faster = statistics.median(threaded) < statistics.median(sequential)
+            self.chosen = self.workers if faster else 0
+
+
 def choose(plan, workers=None):
-    """The worker count to run ``plan`` with: ``workers`` (default: the cores) when the model
-    predicts the pool wins clearly, else 0 (program order). Cached on the plan."""
+    """The plan's Choice (cached on it) for ``workers`` threads (default: the cores): a
+    candidate for the pool when the model predicts ``threaded < MARGIN * sequential``."""
     workers = cores() if workers is None else workers
     cached = plan.parallel
-    if cached is not None and cached[0] == workers:
-        return cached[1]
-    chosen = 0
-    if workers > 1 and len(plan.instructions) > 1 and plan.analysis is not None:
+    if cached is not None and cached.workers == workers:
+        return cached
+    candidate = workers > 1 and len(plan.instructions) > 1 and plan.analysis is not None
+    if candidate:
         seq, threaded = estimate(plan, workers)
-        chosen = workers if threaded < MARGIN * seq else 0
-    plan.parallel = (workers, chosen)
-    return chosen
+        candidate = threaded < MARGIN * seq
+    plan.parallel = Choice(workers, candidate)
+    return plan.parallel
 
 
 def _size(block, name):
@@ -123,4 +164,4 @@ def _macs(op, block):
     return _size(block, out) * int(inner)
 
 
-__all__ = ["choose", "estimate", "cores"]
+__all__ = ["choose", "estimate", "cores", "Choice"]
