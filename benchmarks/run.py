@@ -98,7 +98,7 @@ def build(workload, config, wanted, lazy=False):
         if lazy and name == "fluidtape":
             setups["fluidtape-lazy"] = lazy_variant(setup)
     for name, setup in setups.items():
-        if wanted is not None and name not in wanted:
+        if (wanted is not None and name not in wanted) or name in config.get("skip", ()):
             continue
         try:
             steps[name] = setup(config, data)
@@ -109,7 +109,8 @@ def build(workload, config, wanted, lazy=False):
 
 def configurations(workload, tiny=False):
     """(label, config) pairs to time: the workload's ``CONFIGS`` where it has several (a
-    config's "reps" caps the timed blocks), else its DEFAULT; TINY with ``tiny``."""
+    config's "reps" caps the timed blocks, its "skip" lists implementations not timed there),
+    else its DEFAULT; TINY with ``tiny``."""
     if tiny:
         return [(workload.NAME, workload.TINY)]
     configs = getattr(workload, "CONFIGS", None)
