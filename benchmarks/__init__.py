@@ -18,4 +18,6 @@ WORKLOADS = (
     "tree_rnn",
     "treelstm",
     "tagger",
+    "parallel",
+    "scaling",
 )

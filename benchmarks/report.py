@@ -8,15 +8,16 @@ from importlib import metadata
 PEERS = ("numpy", "torch", "autograd")
 
 
-def rows(workload, config, measurements, tiny=False):
+def rows(workload, config, measurements, tiny=False, name=None):
     """One row per implementation: times in the workload's unit, ratios, and the target check
-    (none for ``tiny`` sizes, which only check the harness: their times say nothing)."""
+    (none for ``tiny`` sizes, which only check the harness: their times say nothing);
+    ``name``: the workload column (default: the workload's NAME)."""
     factor = workload.scale(config)
     medians = {m.name: m.median for m in measurements}
     table = []
     for m in measurements:
         row = {
-            "workload": workload.NAME,
+            "workload": name or workload.NAME,
             "implementation": m.name,
             "median": f"{m.median * factor:.3g}",
             "min-max": f"{min(m.times) * factor:.3g}-{max(m.times) * factor:.3g}",
@@ -33,11 +34,14 @@ def rows(workload, config, measurements, tiny=False):
 
 def _target(workload, measurement, medians):
     """The verdict on a fluidtape row: lazy mode has its own target where a workload sets
-    ``LAZY_TARGET``, and none otherwise."""
+    ``LAZY_TARGET``, and none otherwise; ``TARGETS`` ({implementation: (peer, limit)}) sets
+    one for any implementation by name."""
     if not measurement.name.startswith("fluidtape"):
         return ""
     lazy = measurement.name.endswith("-lazy")
-    target = getattr(workload, "LAZY_TARGET", None) if lazy else workload.TARGET
+    target = getattr(workload, "TARGETS", {}).get(measurement.name)
+    if target is None:
+        target = getattr(workload, "LAZY_TARGET", None) if lazy else workload.TARGET
     if target is None:
         return ""
     peer, limit = target

@@ -13,6 +13,7 @@ round-robin, after warm-up (see ``benchmarks.harness`` for why).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import sys
@@ -97,13 +98,25 @@ def build(workload, config, wanted, lazy=False):
         if lazy and name == "fluidtape":
             setups["fluidtape-lazy"] = lazy_variant(setup)
     for name, setup in setups.items():
-        if wanted is not None and name not in wanted:
+        if (wanted is not None and name not in wanted) or name in config.get("skip", ()):
             continue
         try:
             steps[name] = setup(config, data)
         except Unavailable as why:
             notes.append(f"{workload.NAME}/{name} skipped: {why}")
     return steps, notes
+
+
+def configurations(workload, tiny=False):
+    """(label, config) pairs to time: the workload's ``CONFIGS`` where it has several (a
+    config's "reps" caps the timed blocks, its "skip" lists implementations not timed there),
+    else its DEFAULT; TINY with ``tiny``."""
+    if tiny:
+        return [(workload.NAME, workload.TINY)]
+    configs = getattr(workload, "CONFIGS", None)
+    if configs is None:
+        return [(workload.NAME, workload.DEFAULT)]
+    return [(f"{workload.NAME} {label}", config) for label, config in configs]
 
 
 def _profile(workload, name, step, args):
@@ -128,17 +141,19 @@ def main(argv=None):
     table, notes = [], []
     for name in args.only.split(","):
         workload = load(name.strip())
-        config = workload.TINY if args.tiny else workload.DEFAULT
-        steps, skipped = build(workload, config, wanted, args.lazy)
-        notes += skipped
-        if args.wait_idle > 0:
-            harness.wait_until_idle(args.wait_idle)
-        if args.profile:
-            if args.profile in steps:
-                _profile(workload, args.profile, steps[args.profile], args)
-            continue
-        print(f"measuring {workload.NAME}: {workload.TITLE} ...", file=sys.stderr, flush=True)
-        table += report.rows(workload, config, harness.measure(steps, options), args.tiny)
+        for label, config in configurations(workload, args.tiny):
+            steps, skipped = build(workload, config, wanted, args.lazy)
+            notes += skipped
+            if args.wait_idle > 0:
+                harness.wait_until_idle(args.wait_idle)
+            if args.profile:
+                if args.profile in steps:
+                    _profile(workload, args.profile, steps[args.profile], args)
+                continue
+            print(f"measuring {label}: {workload.TITLE} ...", file=sys.stderr, flush=True)
+            reps = dataclasses.replace(options, reps=min(options.reps, config.get("reps", 99)))
+            measured = harness.measure(steps, reps)
+            table += report.rows(workload, config, measured, args.tiny, label)
     if not args.profile:
         print(report.environment(args.threads))
         print(report.format_table(table, markdown=args.markdown))

@@ -41,7 +41,8 @@ from tape.variable import Variable
 
 
 class Executor:
-    """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads;
+    """Runs Programs on ``place`` ("cpu" or "gpu"), sequentially or on ``threads`` threads
+    ("auto": where ``passes.parallel`` predicts the pool wins);
     ``exact=True``: without the rewrites that reorder floating-point sums (see ``tape.lazy``).
 
     A program parsed from text (``Program.from_text``, ``load_inference_program``) never acts
@@ -51,7 +52,7 @@ class Executor:
 
     def __init__(self, place="cpu", threads=0, cache=None, exact=False, write_dir=None):
         self.place, self.xp = _place(place), module_for(_place(place))
-        self.threads = int(threads)
+        self.threads = threads if threads == "auto" else int(threads)
         self.cache, self.exact = CACHE if cache is None else cache, bool(exact)
         self.write_dir = None if write_dir is None else os.path.realpath(os.fspath(write_dir))
 

@@ -53,7 +53,9 @@ class lazy:
 
     Args:
         enabled: False switches lazy mode off inside an outer ``lazy()``.
-        threads: run plans on this many threads (0 or 1: in program order).
+        threads: run plans on this many threads (0 or 1: in program order); "auto": on the
+            cores where a cost model predicts the pool wins clearly (``passes.parallel``),
+            else in program order. A structure's first, interpreted run is always in order.
         validate: also run every plan the eager way and compare the results bit for bit.
         debug: verify the IR between passes and print one line per pass (see pipeline).
         exact: no rewrites that reorder floating-point sums (``passes.batch_products``): results
@@ -105,7 +107,7 @@ class lazy:
                 f"autobatch must be True, False or one of {list(HEURISTICS)}, not {autobatch!r}"
             )
         self.settings = (
-            int(threads),
+            _threads(threads),
             bool(validate),
             debug,
             bool(exact),
@@ -175,6 +177,11 @@ class lazy:
             current.record_all = record_all if current is entered else outer
         if entered is not None and entered is not current and not entered._pending_ops:
             entered.lazy, entered.record_all = outer, record_all  # replaced inside the block
+
+
+def _threads(threads):
+    """``threads`` checked: "auto" or a count."""
+    return threads if threads == "auto" else int(threads)
 
 
 def realize(tape, variables):
@@ -281,7 +288,7 @@ def _compiles(key):
     for what only plans do (threads, validation, debug output, ``compile=True``)."""
     if options.compile is not None:
         return options.compile
-    if options.threads > 1 or options.validate or options.debug:
+    if (options.threads != "auto" and options.threads > 1) or options.validate or options.debug:
         return True
     if key in _BATCHED and options.autobatch is not None and not options.exact:
         _BATCHED.move_to_end(key)

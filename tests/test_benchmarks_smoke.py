@@ -122,3 +122,34 @@ def test_tiny_sizes_give_no_verdict():
     table = report.rows(MODULES["mlp"], MODULES["mlp"].TINY, measurements, tiny=True)
     text = report.format_table(table)
     assert "(tiny: no verdict)" in text and "met" not in text and "MISSED" not in text
+
+
+@pytest.mark.parametrize(
+    "impl", ["fluidtape", "fluidtape-miss", "fluidtape-compile", "fluidtape-hit"]
+)
+def test_scaling_tree_model_matches_numpy_floor(impl):
+    """The tree RNN of the scaling workload (its TINY covers the chain): every variant computes
+    the numpy floor's loss and gradients on the same first batch of random trees."""
+    workload = MODULES["scaling"]
+    config = workload.TINY_TREES
+    results = []
+    for name in ("numpy", impl):
+        loss, grads = workload.IMPLEMENTATIONS[name](config, workload.make_data(config))()
+        results.append((float(to_numpy(loss)), [to_numpy(g) for g in grads]))
+    (want_loss, want), (loss, got) = results
+    assert loss == pytest.approx(want_loss, rel=1e-5)
+    assert [g.shape for g in got] == [w.shape for w in want] == [(4, 4)] * 3 + [(1, 4)]
+    for grad, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(grad, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_scaling_trees_are_fresh_every_step_and_binary():
+    workload = MODULES["scaling"]
+    rng = np.random.default_rng(0)
+    first, second = (workload.random_trees(rng, workload.TINY_TREES) for _ in range(2))
+    assert [m for _, m in first] != [m for _, m in second]
+    for leaves, merges in first:
+        n = len(leaves)
+        assert len(merges) == n - 1  # a binary tree over n leaves
+        used = [i for pair in merges for i in pair]
+        assert sorted(used) == list(range(2 * n - 2))  # every node but the root is a child once

@@ -14,20 +14,32 @@ the op and where it was recorded; its ``completed`` attribute lists the instruct
 from __future__ import annotations
 
 import concurrent.futures
-import queue
+import threading
+import time
 
 import numpy as np
 
+from ops.blas import single_threaded
 from ops.registry import REGISTRY
 from tape import instrument
 from tape.errors import ExecutionError, FluidError
+from tape.passes import parallel
 from tape.passes.plan import FAST, SINGLE
 
 _NDARRAY = np.ndarray
 
 
 def run(plan, vals, threads=0):
-    """Runs ``plan`` on ``vals`` (a list with one entry per slot, inputs filled in)."""
+    """Runs ``plan`` on ``vals`` (a list with one entry per slot, inputs filled in) on
+    ``threads`` threads (0 or 1: in program order; "auto": as ``passes.parallel`` chooses)."""
+    if threads == "auto":
+        choice = parallel.choose(plan)
+        threads, trial = choice.next()
+        if trial:
+            started = time.perf_counter()
+            run(plan, vals, threads)
+            choice.record(threads, time.perf_counter() - started)
+            return
     if instrument.ACTIVE is not None:  # a profiler or anomaly block is open
         plan = instrument.observed_plan(plan)
     if threads > 1 and len(plan.instructions) > 1:
@@ -86,53 +98,112 @@ def _run_one(plan, index, vals):
 
 
 _pools = {}
+_pools_lock = threading.Lock()
 
 
-def _pool(workers):
-    pool = _pools.get(workers)
-    if pool is None:
-        pool = _pools[workers] = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="fluidtape-executor"
+def _pool(helpers):
+    with _pools_lock:
+        pool = _pools.get(helpers)
+        if pool is None:
+            pool = _pools[helpers] = concurrent.futures.ThreadPoolExecutor(
+                helpers, thread_name_prefix="fluidtape-executor"
+            )
+        return pool
+
+
+class _Run:
+    """The shared state of one threaded run; every field changes under ``lock`` only.
+
+    ``ready`` is a stack of instructions whose predecessors have all finished; a worker that
+    finishes an instruction keeps the first successor it made ready (its chain) and pushes the
+    others, waking an idle worker only then.
+    """
+
+    def __init__(self, plan, vals):
+        self.plan, self.vals = plan, vals
+        self.counts, self.refs = list(plan.dependency_count), list(plan.refcount)
+        self.ready = [i for i, c in enumerate(self.counts) if c == 0]
+        self.ready.reverse()  # (a stack: program order first)
+        self.lock = threading.Condition(threading.Lock())
+        self.remaining, self.idle, self.stop = len(plan.instructions), 0, False
+        self.failed, self.finished = None, []
+
+    def work(self):
+        """Runs ready instructions until none remain (or the run failed), BLAS on one thread."""
+        with single_threaded():
+            self._work()
+
+    def _work(self):
+        plan, vals, lock, ready = self.plan, self.vals, self.lock, self.ready
+        successors, gc_after, counts, refs = (
+            plan.successors,
+            plan.gc_after,
+            self.counts,
+            self.refs,
         )
-    return pool
+        finished = self.finished
+        index = None
+        while True:
+            if index is None:
+                with lock:
+                    while not ready and not self.stop and self.remaining:
+                        self.idle += 1
+                        lock.wait()
+                        self.idle -= 1
+                    if self.stop or not self.remaining:
+                        return
+                    index = ready.pop()
+            try:
+                _run_one(plan, index, vals)
+            except BaseException as err:  # reported by the calling thread, which re-raises
+                with lock:
+                    if self.failed is None:
+                        self.failed = (index, err)
+                    self.stop = True
+                    lock.notify_all()
+                return
+            done, index = index, None
+            with lock:
+                finished.append(done)
+                self.remaining -= 1
+                for s in gc_after[done]:
+                    refs[s] -= 1
+                    if refs[s] == 0:
+                        vals[s] = None
+                for successor in successors[done]:
+                    counts[successor] -= 1
+                    if counts[successor] == 0:
+                        if index is None:
+                            index = successor  # this worker's next: the chain goes on here
+                        else:
+                            ready.append(successor)
+                if self.stop:
+                    return
+                if not self.remaining:
+                    lock.notify_all()
+                    return
+                if ready and self.idle:
+                    lock.notify(len(ready))
 
 
 def run_threaded(plan, vals, workers):
-    """Runs ready instructions on ``workers`` threads, driven by dependency counts."""
-    counts, refs = list(plan.dependency_count), list(plan.refcount)
-    done, pool = queue.SimpleQueue(), _pool(workers)
-
-    def task(index):
-        try:
-            _run_one(plan, index, vals)
-            done.put((index, None))
-        except BaseException as err:  # reported to the calling thread, which re-raises
-            done.put((index, err))
-
-    running, failed, finished = 0, None, []
-    for index, count in enumerate(counts):
-        if count == 0:
-            pool.submit(task, index)
-            running += 1
-    while running:
-        index, err = done.get()
-        running -= 1
-        if err is not None:
-            failed = failed or (index, err)
-            continue
-        finished.append(index)
-        for s in plan.gc_after[index]:
-            refs[s] -= 1
-            if refs[s] == 0:
-                vals[s] = None
-        if failed is None:
-            for successor in plan.successors[index]:
-                counts[successor] -= 1
-                if counts[successor] == 0:
-                    pool.submit(task, successor)
-                    running += 1
-    if failed is not None:
-        raise _failure(plan, failed[0], failed[1], finished) from failed[1]
+    """Runs ``plan`` on the calling thread and ``workers - 1`` pool threads (see ``_Run``)."""
+    state = _Run(plan, vals)
+    helpers = [_pool(workers - 1).submit(state.work) for _ in range(workers - 1)]
+    try:
+        state.work()
+    finally:
+        if helpers:
+            with state.lock:  # (an interrupt of the calling thread stops the helpers too)
+                if state.remaining and state.failed is None:
+                    state.stop = True
+                state.lock.notify_all()
+            concurrent.futures.wait(helpers)
+    if state.failed is not None:
+        index, err = state.failed
+        if not isinstance(err, Exception):  # KeyboardInterrupt, SystemExit: as program order
+            raise err
+        raise _failure(plan, index, err, state.finished) from err
 
 
 def _failure(plan, index, err, completed):

@@ -48,6 +48,7 @@ class Plan:
     xp: object
     analysis: object = None
     random: bool = False  # whether a kernel draws random numbers
+    parallel: object = None  # threads="auto"'s choice for this plan (passes.parallel.Choice)
 
 
 def kernel_for(defn, xp):
