@@ -96,6 +96,25 @@ def fused_elementwise(xp, attrs, xs):
     return (run(*xs),)  # one entry per output slot: Out*
 
 
+def bound_kernel(attrs, xp):
+    """The kernel a compiled plan runs for one fused op: the backend's callable, resolved on the
+    first run and then held by the plan. (The shared cache alone thrashes when a plan has more
+    groups than it holds: every run of a 10^4-op chain recompiled its ~400 kernels.)"""
+    expression, exact = attrs["expression"], attrs["exact"]
+    held = [None, None]  # the backend setting it was resolved under, the callable
+
+    def kernel(xp, attrs, xs):
+        if held[0] != _setting["backend"]:
+            held[1] = kernel_for(expression, xp, exact)
+            held[0] = _setting["backend"]
+        return (held[1](*xs),)
+
+    return kernel
+
+
+fused_elementwise.bind = bound_kernel
+
+
 def kernel_for(expression, xp, exact=False):
     """The compiled callable for ``expression`` with array module ``xp`` under the current
     backend setting (compiled on first use, then cached). ``exact``: only ways that give every

@@ -51,8 +51,12 @@ class Plan:
     parallel: object = None  # threads="auto"'s choice for this plan (passes.parallel.Choice)
 
 
-def kernel_for(defn, xp):
-    """The kernel an op runs with array module ``xp`` (as the eager engine chooses it)."""
+def kernel_for(defn, xp, attrs=None):
+    """The kernel an op runs with array module ``xp`` (as the eager engine chooses it); with
+    ``attrs``, the one a plan holds for that op (``defn.bind``: a fused op's compiled group)."""
+    bind = getattr(defn, "bind", None) if attrs is not None else None
+    if bind is not None:
+        return bind(attrs, xp)
     return defn.kernel if xp is np else defn.kernels.get("gpu", defn.kernels["any"])
 
 
@@ -95,7 +99,7 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         kind = FAST if fast else SINGLE if defn.single_output else MULTI
         free = tuple(slot_of[name] for name in memory.free_after[index])
         instructions.append(
-            (kind, kernel_for(defn, xp), op.attrs, ins, outs[0] if fast else outs, free)
+            (kind, kernel_for(defn, xp, op.attrs), op.attrs, ins, outs[0] if fast else outs, free)
         )
         meta.append((op.type, op.name or f"{op.type}_{index}", op.location))
     refcount = [0] * (slots + len(stub_slot))
