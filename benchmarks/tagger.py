@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, per_example
 
 NAME = "tagger"
 TITLE = "BiLSTM tagger, 32 sentences of 5-40 words, emb 64, hidden 64, forward + backward"
@@ -212,11 +212,8 @@ def setup_fluidtape(config, data, lazy=None):
             hs.append(h)
         return hs
 
-    def run():
+    def example_losses():
         sentences, tags = next_batch()
-        tape.reset_global_tape()
-        for param in params:
-            param.clear_grad()
         losses = []
         for sentence, labels in zip(sentences, tags, strict=True):
             xs = [embed(np.array(word)) for word in sentence]
@@ -225,28 +222,17 @@ def setup_fluidtape(config, data, lazy=None):
             for h_f, h_b, label in zip(hf, hb, labels, strict=True):
                 scores = ops.matmul(h_f, wo_f) + ops.matmul(h_b, wo_b) + bo
                 losses.append(loss_fn(scores, np.array(label)))
-        loss = ops.stack(losses).mean()
-        tape.backward(loss)
-        return loss, [p.grad() for p in params]
+        return losses
 
-    if lazy is None:
-        return run
-
-    def step():
-        with tape.lazy(**lazy):
-            loss, grads = run()
-            tape.get_global_tape().realize([loss] + grads)
-        return loss, grads
-
-    return step
+    return per_example.training_step(params, example_losses, lazy)
 
 
 def setup_fluidtape_lazy(config, data):
-    return setup_fluidtape(config, data, {"autobatch": False, "compile": False})
+    return setup_fluidtape(config, data, per_example.LAZY)
 
 
 def setup_fluidtape_autobatch(config, data):
-    return setup_fluidtape(config, data, {"compile": False})
+    return setup_fluidtape(config, data, per_example.AUTOBATCH)
 
 
 # ---- PyTorch, one sentence at a time ------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks import common
+from benchmarks import common, per_example
 
 NAME = "treelstm"
 TITLE = "binary Tree-LSTM, 64 trees of 10-40 leaves, emb 64, hidden 64, forward + backward"
@@ -205,37 +205,22 @@ def setup_fluidtape(config, data, lazy=None):
         c = i * ops.tanh(z[4 * hidden :]) + fl * cl + fr * cr
         return o * ops.tanh(c), c
 
-    def run():
+    def example_losses():
         trees, labels = next_batch()
-        tape.reset_global_tape()
-        for param in params:
-            param.clear_grad()
-        losses = [
+        return [
             loss_fn(ops.matmul(encode(tree)[0], wc) + bc, np.array(label))
             for tree, label in zip(trees, labels, strict=True)
         ]
-        loss = ops.stack(losses).mean()
-        tape.backward(loss)
-        return loss, [p.grad() for p in params]
 
-    if lazy is None:
-        return run
-
-    def step():
-        with tape.lazy(**lazy):
-            loss, grads = run()
-            tape.get_global_tape().realize([loss] + grads)
-        return loss, grads
-
-    return step
+    return per_example.training_step(params, example_losses, lazy)
 
 
 def setup_fluidtape_lazy(config, data):
-    return setup_fluidtape(config, data, {"autobatch": False, "compile": False})
+    return setup_fluidtape(config, data, per_example.LAZY)
 
 
 def setup_fluidtape_autobatch(config, data):
-    return setup_fluidtape(config, data, {"compile": False})
+    return setup_fluidtape(config, data, per_example.AUTOBATCH)
 
 
 # ---- PyTorch, one tree at a time ----------------------------------------------------------

@@ -1,0 +1,35 @@
+"""The fluidtape training step the per-example workloads share (tree_rnn, treelstm, tagger)."""
+
+from __future__ import annotations
+
+# tape.lazy's keyword arguments of the two lazy variants: interpreted (as a graph that changes
+# every step runs), without and with autobatching.
+LAZY = {"autobatch": False, "compile": False}
+AUTOBATCH = {"compile": False}
+
+
+def training_step(params, example_losses, lazy=None):
+    """A step callable: ``example_losses()`` records one batch's losses, one example at a time,
+    and their mean is differentiated; returns (loss, gradients). ``lazy``: tape.lazy's keyword
+    arguments (None: eager); the lazy step realises the loss and gradients it returns."""
+    import ops
+    import tape
+
+    def run():
+        tape.reset_global_tape()
+        for param in params:
+            param.clear_grad()
+        loss = ops.stack(example_losses()).mean()
+        tape.backward(loss)
+        return loss, [p.grad() for p in params]
+
+    if lazy is None:
+        return run
+
+    def step():
+        with tape.lazy(**lazy):
+            loss, grads = run()
+            tape.get_global_tape().realize([loss] + grads)
+        return loss, grads
+
+    return step
