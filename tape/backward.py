@@ -18,7 +18,7 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import backward_faults, guard, instrument, replay, stale
+from tape import backward_faults, collector, guard, instrument, replay, stale
 from tape.errors import GraphError, InputError, user_location
 from tape.tape import apply, state
 from tape.variable import Variable, owner
@@ -111,9 +111,10 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
         and instrument.ACTIVE is None
     )
     if replayable and wanted is None and not tape._written:
-        return replay.gradients(
-            tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
-        )
+        with collector.paused():  # (a lazy tape's ops all stay alive: see tape.collector)
+            return replay.gradients(
+                tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
+            )
     return _scan(tape, loss, seed, retain_graph, create_graph, wanted)
 
 

@@ -23,7 +23,6 @@ ops, a few dictionary operations per input and output.
 
 from __future__ import annotations
 
-import gc
 import sys
 import weakref
 
@@ -46,16 +45,7 @@ def run(tape, scan, autobatch=None):
     that must be recomputed first, or None. ``autobatch``: a heuristic of
     ``tape.passes.autobatch`` (independent ops of one signature run as one batched call), or
     None (tape order, one op at a time)."""
-    if autobatch is None or not gc.isenabled():
-        return _run(tape, scan, autobatch)
-    # An autobatched run creates no reference cycles but allocates per op; on a tape of
-    # thousands of ops the collector's full scans cost ~40% of it (measured on the tree_rnn
-    # workload), so the collector pauses for the run.
-    gc.disable()
-    try:
-        return _run(tape, scan, autobatch)
-    finally:
-        gc.enable()
+    return _run(tape, scan, autobatch)
 
 
 def _run(tape, scan, autobatch):

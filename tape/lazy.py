@@ -30,7 +30,7 @@ import weakref
 import numpy as np
 
 from ops.xp import to_numpy
-from tape import guard, instrument, interpret, rollback
+from tape import collector, guard, instrument, interpret, rollback
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.plan import CACHE, stand_ins
@@ -233,7 +233,7 @@ def _run(tape, targets):
         return
     # Another thread may ask for a value of this tape (a shared parameter's gradient): one
     # run at a time.
-    with tape._run_lock:
+    with tape._run_lock, collector.paused():
         _run_locked(tape, targets)
 
 

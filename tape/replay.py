@@ -1,11 +1,13 @@
 """Lazy backward replay: the gradient ops a lazy backward records, learnt once per tape structure.
 
 A training loop records the same forward every step, so its lazy backward asks the same gradient
-makers for the same gradient ops every step. The first backward over a structure runs the makers
+makers for the same gradient ops every step. A structure's second backward runs the makers
 (``tape.backward``'s reverse scan) and keeps what they recorded as a ``Template``: per gradient
 op its definition, attributes and the slots it reads and writes in the tape's numbering
 (``tape.structure``), that numbering's extension for these ops, the forward variables the scan
-released, and which slot holds each leaf's gradient. A later backward over a tape of the same
+released, and which slot holds each leaf's gradient. (The first only scans: a graph that
+follows the data may never repeat, and learning costs about what the scan does.) A later
+backward over a tape of the same
 structure -- the numbering's op forms and variable descriptions, every variable's
 requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
 appends the same ops with new output Variables and extends the numbering in bulk: no maker, no
@@ -33,6 +35,12 @@ from tape.variable import Variable
 
 _TEMPLATES = collections.OrderedDict()
 _LIMIT = 64  # templates kept (least recently used dropped): a few models' steps
+# Structures whose backward ran once, without learning: a template is learnt on a structure's
+# second sighting, as plans are compiled (``tape.lazy``). Learning costs about as much as the
+# scan itself (~20% of a first-sighting step of a per-example tree model), wasted on a graph
+# that follows the data and never repeats.
+_SEEN = collections.OrderedDict()
+_SEEN_LIMIT = 256
 
 
 class Template:
@@ -84,6 +92,12 @@ def gradients(tape, loss, retain_graph, scan):
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         _TEMPLATES.move_to_end(key)
         return _replay(tape, numbering, variables, template)
+    if key not in _SEEN:
+        _SEEN[key] = None
+        if len(_SEEN) > _SEEN_LIMIT:
+            _SEEN.popitem(last=False)
+        return scan()
+    del _SEEN[key]
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
     leaves = scan()
     template = _learn(tape, numbering, variables, before, leaves)

@@ -33,6 +33,7 @@ def makers_run(monkeypatch):
 
     monkeypatch.setattr(engine, "_run_grad_maker", counting)
     replay._TEMPLATES.clear()
+    replay._SEEN.clear()
     return calls
 
 
@@ -56,9 +57,19 @@ def _inputs(seed):
     return w, b, x, y
 
 
+def test_a_structure_is_learnt_on_its_second_backward_not_its_first(makers_run):
+    w, b, x, y = _inputs(0)
+    _step(True, w, b, x, y)  # a graph that may never repeat: scanned, nothing learnt
+    assert makers_run and not replay._TEMPLATES
+    makers_run.clear()
+    _step(True, w, b, x, y)
+    assert makers_run and len(replay._TEMPLATES) == 1
+
+
 def test_a_repeated_lazy_backward_replays_without_running_the_makers(makers_run):
     w, b, x, y = _inputs(0)
-    _step(True, w, b, x, y)
+    for _ in range(2):  # seen, then learnt
+        _step(True, w, b, x, y)
     assert makers_run
     for seed in (1, 2):  # new values, same structure
         x.set_value(np.random.default_rng(seed).standard_normal((4, 3)).astype(np.float32))
@@ -90,7 +101,7 @@ def test_replayed_ops_equal_the_recorded_ones_and_carry_the_backward_line(makers
             t._pending_ops.clear()
             return recorded
 
-    scanned, replayed = gradient_ops(), gradient_ops()
+    scanned, _, replayed = gradient_ops(), gradient_ops(), gradient_ops()
     assert replayed == scanned and len(replay._TEMPLATES) == 1
     assert all(location.startswith("test_replay.py:") for *_, location in replayed)
 
@@ -179,7 +190,7 @@ def _record_backward(choose, lazy):
 def test_a_replayed_backward_of_a_random_tape_equals_eager(data):
     log = []
     eager = _record_backward(_chooser(data, log), lazy=False)
-    for _ in range(2):  # the second backward of this structure replays
+    for _ in range(3):  # seen, learnt, then replayed
         lazy = _record_backward(_replaying(log), lazy=True)
         assert len(lazy) == len(eager)
         for want, got in zip(eager, lazy, strict=True):
@@ -189,7 +200,9 @@ def test_a_replayed_backward_of_a_random_tape_equals_eager(data):
 
 def test_a_replaced_gradient_maker_is_learnt_anew(makers_run, monkeypatch):
     w, b, x, y = _inputs(0)
-    _step(True, w, b, x, y)
+    for _ in range(2):  # seen, learnt
+        _step(True, w, b, x, y)
+    assert len(replay._TEMPLATES) == 1
     tanh = REGISTRY["tanh"]
     doubled = []
 
@@ -219,7 +232,7 @@ def test_gradient_ops_without_inputs_or_with_list_inputs_replay(makers_run, monk
     monkeypatch.setattr(tanh, "grad_maker", with_a_zero_term)
     w, b, x, y = _inputs(0)
     eager = _step(False, w, b, x, y)
-    for _ in range(3):  # learnt, then replayed
+    for _ in range(4):  # seen, learnt, then replayed
         makers_run.clear()
         for want, got in zip(eager, _step(True, w, b, x, y), strict=True):
             np.testing.assert_array_equal(got, want)
