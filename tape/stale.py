@@ -37,7 +37,8 @@ def tape_ended(tape):
 
 def mark_ended(tape):
     """Marks the outputs of ``tape``'s ops as created on a tape that was reset here (those a
-    backward already released say so themselves: a training loop's tape costs a flag test per
+    backward already released say so themselves, and a backward never follows one that
+    requires no gradient: a training loop's tape, gradient ops included, costs a flag test per
     op here)."""
     ended_at = None
     for op in tape._ops:
@@ -45,11 +46,12 @@ def mark_ended(tape):
             continue
         results = op.results
         first = results[0] if results else None
-        if first.__class__ is not list and first is not None and first._released:
-            continue
+        if first.__class__ is not list and first is not None and len(results) == 1:
+            if first._released or not first.requires_grad:
+                continue
         if ended_at is None:
             ended_at = user_location()
-        origin = (op.type, op.name, op.location, ended_at)
+        origin = (op.type, op.index, op.location, ended_at)
         for var in op.output_vars():
             if not var._leaf:  # (an update op's output is its parameter: not stale)
                 var._origin = origin
@@ -64,10 +66,11 @@ def unreachable(var):
     )
     origin = getattr(var, "_origin", None)
     if origin is not None:
-        op_type, op_name, created_at, ended_at = origin
+        op_type, op_index, created_at, ended_at = origin
         return GraphError(
             "backward",
-            f"gradient reached '{var.name}', created by op '{op_type}' ({op_name}) on a tape "
+            f"gradient reached '{var.name}', created by op '{op_type}' ({op_type}_{op_index}) "
+            "on a tape "
             "that reset_global_tape() ended",
             actual=f"created at {created_at or 'an eager op (no line kept)'}; "
             f"tape reset at {ended_at}",
