@@ -1,12 +1,16 @@
-"""Pausing Python's cyclic garbage collector while the lazy scheduler works on a large tape.
+"""Pausing Python's cyclic garbage collector while a lazy step builds and runs a large tape.
 
 A lazy step keeps every op it records alive until the step ends (a tape of 10^4-10^5 OpHandles,
 Variables and tuples), and the collector's full scans, triggered by allocation counts, walk all
-of them again each time: measured at 20-40% of a lazy step of a per-example tree model and of a
-10^4-op chain. The scheduler's own phases (a lazy backward, a run) create no reference cycles,
-so the collector is paused while they work; it resumes when the last paused phase (of any
-thread) ends, and runs as usual in the user's code in between. A collector the user disabled
-stays disabled.
+of them again each time -- with the plan cache's analyses besides: measured at 20-40% of a lazy
+step of a per-example tree model and of a 10^4-op chain. The scheduler creates no reference
+cycles on this path, and the objects die together when the step ends, so the collector is
+paused for the step: from the first op a lazy tape records with nothing pending until the run
+that computes them ends (or the lazy block is left, or the global tape reset). The library's own
+phases (a lazy backward, a run) pause it too, re-entrantly and across threads. The pause is
+bounded: a lazy tape that records ``STEP_LIMIT`` ops without running resumes collection, and
+cycles the user's code made meanwhile are collected as soon as it resumes. A collector the user
+disabled stays disabled.
 """
 
 from __future__ import annotations
@@ -15,22 +19,60 @@ import contextlib
 import gc
 import threading
 
+STEP_LIMIT = 1 << 20  # ops a lazy tape records with the collector paused, at most
+RUN_LIMIT = 8  # lazy runs in one pause, at most
+
 _LOCK = threading.Lock()
-_state = {"depth": 0, "resume": False}
+_state = {"depth": 0, "resume": False, "step": False, "runs": 0}
+
+
+def _enter():
+    if _state["depth"] == 0:
+        _state["resume"] = gc.isenabled()
+        gc.disable()
+    _state["depth"] += 1
+
+
+def _leave():
+    _state["depth"] -= 1
+    if _state["depth"] == 0 and _state["resume"]:
+        gc.enable()
 
 
 @contextlib.contextmanager
 def paused():
     """Automatic collection off inside the block (re-entrant, across threads)."""
     with _LOCK:
-        if _state["depth"] == 0:
-            _state["resume"] = gc.isenabled()
-            gc.disable()
-        _state["depth"] += 1
+        _enter()
     try:
         yield
     finally:
         with _LOCK:
-            _state["depth"] -= 1
-            if _state["depth"] == 0 and _state["resume"]:
-                gc.enable()
+            _leave()
+
+
+def step_started():
+    """A lazy tape recorded its first pending op: pause until ``step_ended`` (one step pause
+    at a time, process-wide)."""
+    with _LOCK:
+        if not _state["step"]:
+            _state["step"], _state["runs"] = True, 0
+            _enter()
+
+
+def run_ended():
+    """A lazy run ended: the step's pause ends after ``RUN_LIMIT`` of them."""
+    if _state["step"]:
+        _state["runs"] += 1
+        if _state["runs"] >= RUN_LIMIT:
+            step_ended()
+
+
+def step_ended():
+    """The global tape was reset (or the lazy block left, or a limit reached): end the step's
+    pause."""
+    if _state["step"]:
+        with _LOCK:
+            if _state["step"]:
+                _state["step"] = False
+                _leave()

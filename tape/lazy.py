@@ -172,6 +172,7 @@ class lazy:
                 options.autobatch,
             ) = settings
             instrument.detach(check=self.check_finite)
+            collector.step_ended()
         if current is not None and current.lazy != outer:
             current.lazy = outer
             current.record_all = record_all if current is entered else outer
@@ -233,8 +234,22 @@ def _run(tape, targets):
         return
     # Another thread may ask for a value of this tape (a shared parameter's gradient): one
     # run at a time.
-    with tape._run_lock, collector.paused():
-        _run_locked(tape, targets)
+    try:
+        with tape._run_lock, collector.paused():
+            _run_locked(tape, targets)
+    finally:
+        _run_ended(tape)
+
+
+def _run_ended(tape):
+    """A step's collector pause (``tape.collector``) lasts only while a lazy block records on
+    the global tape: a run of another tape, or outside the block, ends it."""
+    from tape.tape import state
+
+    if tape is state.tape and state.lazy:
+        collector.run_ended()
+    else:
+        collector.step_ended()
 
 
 def _run_locked(tape, targets):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import guard, stale, transaction
+from tape import collector, guard, stale, transaction
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
@@ -204,8 +204,10 @@ def reset_global_tape() -> Tape:
         flush(old)
     if old is not None:
         stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
-    state.tape = Tape(lazy=state.lazy)
-    return state.tape
+    state.tape = new = Tape(lazy=state.lazy)
+    del old  # (the step's objects die before the paused collector resumes)
+    collector.step_ended()
+    return new
 
 
 def _values(args):
@@ -314,7 +316,10 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         out._pending = tape
         op = OpHandle(defn, args, (out,), attrs, state.location or user_location(3), len(tape._ops))
         tape._ops.append(op)
-        tape._pending_ops.append(op)
+        pending = tape._pending_ops
+        if len(pending) & STEP_MASK == 0:  # (a step's first op, or its STEP_LIMIT-th)
+            _step_mark(pending)
+        pending.append(op)
         return out
     if defn.single_output:
         descs = (descs,)
@@ -333,12 +338,26 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         tape._ops.append(op)
         if tape.lazy:
             op.location = state.location or user_location(3)
+            if len(tape._pending_ops) & STEP_MASK == 0:
+                _step_mark(tape._pending_ops)
             tape._pending_ops.append(op)
     if defn.single_output:
         return results[0]
     if defn.returns is not None:
         return defn.returns(results)
     return results
+
+
+STEP_MASK = collector.STEP_LIMIT - 1
+
+
+def _step_mark(pending):
+    """A lazy step starts (nothing pending): pause the collector for it (``tape.collector``);
+    or it has recorded ``STEP_LIMIT`` ops without running: resume it."""
+    if pending:
+        collector.step_ended()
+    else:
+        collector.step_started()
 
 
 def _run_single(defn, attrs, args):

@@ -25,3 +25,13 @@ def lazy_tier(request, monkeypatch):
     compiled = request.param == "compiled"
     monkeypatch.setattr(module, "_compiles", lambda key: compiled)
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _collector_resumed():
+    """A test that leaves a lazy step unfinished (its tape never reset) must not leave the
+    cyclic collector paused for the tests after it (``tape.collector``)."""
+    yield
+    from tape import collector
+
+    collector.step_ended()

@@ -81,3 +81,51 @@ def test_a_failing_lazy_run_leaves_the_collector_on(monkeypatch):
         with pytest.raises(tape.ExecutionError, match="injected"):
             y.numpy()
     assert gc.isenabled()
+
+
+def test_a_lazy_step_pauses_the_collector_from_its_first_op_until_the_tape_is_reset():
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    with tape.lazy():
+        tape.reset_global_tape()
+        assert gc.isenabled()
+        loss = ops.tanh(w).sum()
+        assert not gc.isenabled()  # the step's tape grows: nothing to collect in it
+        tape.backward(loss)
+        w.grad().numpy()
+        assert not gc.isenabled()  # until the step's tape is dropped
+        tape.reset_global_tape()
+        assert gc.isenabled()
+        ops.tanh(w)
+    assert gc.isenabled()  # leaving the block ends the pause
+
+
+def test_a_loop_that_never_resets_its_tape_resumes_collection_after_a_few_runs():
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    with tape.lazy():
+        tape.reset_global_tape()
+        for _ in range(collector.RUN_LIMIT):
+            assert ops.tanh(w).sum().numpy() > 0
+        assert gc.isenabled()
+
+
+def test_a_lazy_tape_that_records_without_running_resumes_collection(monkeypatch):
+    import tape.tape as engine
+
+    monkeypatch.setattr(engine, "STEP_MASK", 7)  # a pause ends after 8 ops recorded
+    w = tape.Variable(np.ones((2, 2), np.float32))
+    with tape.lazy():
+        tape.reset_global_tape()
+        h = ops.tanh(w)
+        assert not gc.isenabled()
+        for _ in range(8):
+            h = ops.tanh(h)
+        assert gc.isenabled()
+
+
+def test_a_run_of_a_tape_other_than_the_global_one_ends_the_pause():
+    own = tape.Tape(lazy=True)
+    x = tape.Variable(np.ones(3, np.float32))
+    y = own.add_op("tanh", inputs={"X": [x]})
+    assert not gc.isenabled()
+    np.testing.assert_allclose(y.numpy(), np.tanh(np.ones(3)), rtol=1e-6)
+    assert gc.isenabled()
