@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 
 import numpy as np
 
@@ -32,6 +33,12 @@ from ops.fusion_backends import reference, with_located_errors
 from ops.fusion_backends.table import Constant, rule_for
 
 _TYPES = frozenset({"float32", "float64", "bool"})
+# Expressions of at least this many elements run their outermost axis in parallel, cut into at
+# most CHUNKS chunks (a fixed count, not the thread count: sums are the same on any machine).
+# Below it, threads' start-up (~10 us) and parallel=True's longer compile do not pay (measured:
+# benchmarks/fusion_backends.py).
+PARALLEL_MIN_SIZE = 1 << 16
+CHUNKS = 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,6 +65,31 @@ def covers(expression, exact=False):
     return True
 
 
+# numpy names generated code calls that compile to vector instructions (casts, selects, IEEE
+# operations); every other np.<name>( is a libm function, vectorised only where ``vecmath`` has it.
+_INLINE = frozenset({"float32", "float64", "bool_", "int64", "abs", "sqrt", "copysign"})
+_INLINE |= {"isnan", "isinf", "isfinite"}
+_CALL = re.compile(r"np\.(\w+)\(")
+
+
+def scalar_libm(expression):
+    """The libm functions ``expression``'s loop would call one element at a time (those that
+    ``vecmath`` has no vectorised version of, for the step's dtype), as {(name, dtype)}; empty
+    when the whole loop vectorises."""
+    from ops.fusion_backends.vecmath import VECTORISED
+
+    names, dtypes, found = {}, {}, set()
+    for k, (_, dtype) in enumerate(expression.inputs):
+        names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
+    for j, step in enumerate(expression.steps):
+        dtype = expression.step_dtypes[j]
+        for name in _CALL.findall(_render(step, dtype, names, dtypes)):
+            if name not in _INLINE and (name, dtype.name) not in VECTORISED:
+                found.add((name, dtype.name))
+        names[("step", j)], dtypes[("step", j)] = f"s{j}", dtype
+    return found
+
+
 def _spell(value, dtype):
     if dtype.kind == "b":
         return repr(bool(value))
@@ -66,21 +98,56 @@ def _spell(value, dtype):
     return f"np.{dtype.name}({value!r})"
 
 
-def generate(expression):
-    """The source of ``fused(in0, ..., out0, ..., acc0, ...)`` computing ``expression``."""
+def chunks_for(expression):
+    """How many chunks of the outermost axis the loop nest runs as (in parallel where there is
+    more than one): one below ``PARALLEL_MIN_SIZE`` elements, else up to ``CHUNKS``. It depends
+    on the shape alone, so a reduction's result does not depend on the number of threads."""
+    shape = expression.shape
+    if not shape or expression.size < PARALLEL_MIN_SIZE:
+        return 1
+    return max(1, min(CHUNKS, shape[0]))
+
+
+def generate(expression, chunks=1):
+    """The source of ``fused(in0, ..., out0, ..., acc0, ...)`` computing ``expression``.
+
+    The outermost axis is cut into ``chunks`` ranges walked by ``prange`` (run in parallel when
+    compiled with ``parallel=True``); every accumulator has a leading axis of one partial per
+    chunk, so no two threads write the same element. A reduction over the innermost axis adds
+    into a local scalar (``radd``: an add LLVM may reassociate, so that loop vectorises) and
+    stores it once per row."""
     shape, ndim = expression.shape, len(expression.shape)
     n_in, n_out = len(expression.inputs), len(expression.outputs)
     params = [f"in{k}" for k in range(n_in)] + [f"out{i}" for i in range(n_out)]
     params += [f"acc{i}" for i in range(len(expression.reductions))]
     lines = [f"def fused({', '.join(params)}):"]
     indent = "    "
-    for a in range(ndim):
-        lines.append(f"{indent}for i{a} in range({shape[a]}):")
-        indent += "    "
-    names, dtypes = {}, {}
+    local = [i for i, r in enumerate(expression.reductions) if ndim and ndim - 1 in r.axes]
+    wide = [w for _, w, _, _ in _accumulators(expression)]
+    names, dtypes, loaded = {}, {}, set()
     for k, (in_shape, dtype) in enumerate(expression.inputs):
         names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
-        lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
+        if all(n == 1 for n in in_shape):  # one element: read once, before the loops
+            lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
+            loaded.add(k)
+    if ndim:
+        lines.append(f"{indent}for c in prange({chunks}):")
+        indent += "    "
+    for a in range(ndim):
+        if a == ndim - 1:
+            for i in local:
+                lines.append(f"{indent}r{i} = np.{wide[i].name}(0)")
+        if a == 0:
+            lines.append(
+                f"{indent}for i0 in range(c * {shape[0]} // {chunks},"
+                f" (c + 1) * {shape[0]} // {chunks}):"
+            )
+        else:
+            lines.append(f"{indent}for i{a} in range({shape[a]}):")
+        indent += "    "
+    for k, (in_shape, _) in enumerate(expression.inputs):
+        if k not in loaded:
+            lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
     for j, step in enumerate(expression.steps):
         dtype = expression.step_dtypes[j]
         lines.append(f"{indent}s{j} = np.{dtype.name}({_render(step, dtype, names, dtypes)})")
@@ -88,10 +155,24 @@ def generate(expression):
     for i, j in enumerate(expression.outputs):
         lines.append(f"{indent}out{i}[{_index(expression.step_shapes[j], ndim)}] = s{j}")
     for i, r in enumerate(expression.reductions):
-        index = ", ".join("0" if a in r.axes else f"i{a}" for a in range(ndim)) or "()"
-        lines.append(f"{indent}acc{i}[{index}] += s{r.step}")
+        value = f"np.{wide[i].name}(s{r.step})"
+        if i in local:
+            lines.append(f"{indent}r{i} = radd(r{i}, {value})")
+            continue
+        lines.append(f"{indent}acc{i}[{_partial(r, ndim)}] += {value}")
+    if local:
+        indent = indent[:-4]
+        for i in local:
+            lines.append(f"{indent}acc{i}[{_partial(expression.reductions[i], ndim)}] += r{i}")
     lines.append("    return 0")
     return "\n".join(lines) + "\n"
+
+
+def _partial(reduction, ndim):
+    """The element of a reduction's accumulator at the loop indices: its chunk's partial (0
+    without loops), then 0 on the reduced axes."""
+    kept = ["0" if a in reduction.axes else f"i{a}" for a in range(ndim)]
+    return ", ".join(["c" if ndim else "0", *kept])
 
 
 def _index(shape, ndim):
@@ -148,7 +229,8 @@ def _helpers():
         return high if x > high else x
 
     return {
-        "np": np,
+        "prange": numba.prange,
+        "radd": _reassociable_add(),
         "where": where,
         "maximum": maximum,
         "minimum": minimum,
@@ -157,14 +239,44 @@ def _helpers():
     }
 
 
-def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
+def _reassociable_add():
+    """``radd(a, b)``: a + b whose float add carries LLVM's ``reassoc`` flag, so a loop summing
+    with it vectorises (partial sums per vector lane); nothing else in the loop is reassociated.
+    Integers add as usual."""
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def radd(typingctx, a, b):
+        if a != b or not isinstance(a, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            if isinstance(a, types.Integer):
+                return builder.add(*args)
+            total = builder.fadd(*args)
+            total.flags.append("reassoc")
+            return total
+
+        return a(a, b), codegen
+
+    return radd
+
+
+def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's entry point)
     """A callable running ``expression`` as one compiled loop nest (numba compiles it at the
-    first call, for the inputs' layouts)."""
+    first call, for the inputs' layouts). ``vectorised``: exp and tanh from ``vecmath`` (branch
+    free, so the loop vectorises; within a few ulp of numpy's) instead of numba's scalar libm
+    calls. Large expressions run their outermost axis in ``chunks_for`` parallel chunks."""
     import numba
 
+    from ops.fusion_backends import vecmath
+
     namespace = dict(_helpers())
-    exec(generate(expression), namespace)  # noqa: S102  (source generated from the rule table)
-    loops = numba.njit(nogil=True, error_model="numpy")(namespace.pop("fused"))
+    namespace["np"] = vecmath.namespace() if vectorised else np
+    chunks = chunks_for(expression)
+    exec(generate(expression, chunks), namespace)  # noqa: S102  (source from the rule table)
+    loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1)(namespace.pop("fused"))
     outputs = [
         (expression.step_shapes[j], np.dtype(d))
         for j, d in zip(expression.outputs, expression.dtypes)
@@ -173,16 +285,17 @@ def compile(expression, xp):  # noqa: A001  (every backend's entry point has thi
 
     def run(*inputs):
         outs = [np.empty(shape, dtype) for shape, dtype in outputs]
-        accs = [np.zeros(shape, dtype) for shape, dtype, _, _ in accumulators]
+        accs = [np.zeros((chunks, *shape), dtype) for shape, dtype, _, _ in accumulators]
         loops(*inputs, *outs, *accs)
         for acc, (_, _, reduction, dtype) in zip(accs, accumulators):
+            acc = acc[0] if chunks == 1 else acc.sum(axis=0)
             if reduction.mean:
                 acc = acc / math.prod(expression.shape[a] for a in reduction.axes)
             outs.append(acc.reshape(reduction.shape).astype(dtype, copy=False))
         return outs
 
     run = with_located_errors(run, reference.compile(expression, xp))
-    run.backend = "numba"
+    run.backend, run.loops = "numba", loops  # loops: the numba dispatcher, for inspection
     return run
 
 
