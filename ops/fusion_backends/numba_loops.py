@@ -37,7 +37,7 @@ _TYPES = frozenset({"float32", "float64", "bool"})
 # most CHUNKS chunks (a fixed count, not the thread count: sums are the same on any machine).
 # Below it, threads' start-up (~10 us) and parallel=True's longer compile do not pay (measured:
 # benchmarks/fusion_backends.py).
-PARALLEL_MIN_SIZE = 1 << 16
+PARALLEL_MIN_SIZE = 1 << 18
 CHUNKS = 16
 
 
@@ -72,11 +72,13 @@ _INLINE |= {"isnan", "isinf", "isfinite"}
 _CALL = re.compile(r"np\.(\w+)\(")
 
 
-def scalar_libm(expression):
-    """The libm functions ``expression``'s loop would call one element at a time (those that
-    ``vecmath`` has no vectorised version of, for the step's dtype), as {(name, dtype)}; empty
-    when the whole loop vectorises."""
+def scalar_libm(expression, vectorised=True):
+    """The libm functions ``expression``'s loop would call one element at a time (with
+    ``vectorised``, those that ``vecmath`` has no vectorised version of for the step's dtype),
+    as {(name, dtype)}; empty when the whole loop vectorises."""
     from ops.fusion_backends.vecmath import VECTORISED
+
+    vector = VECTORISED if vectorised else frozenset()
 
     names, dtypes, found = {}, {}, set()
     for k, (_, dtype) in enumerate(expression.inputs):
@@ -84,7 +86,7 @@ def scalar_libm(expression):
     for j, step in enumerate(expression.steps):
         dtype = expression.step_dtypes[j]
         for name in _CALL.findall(_render(step, dtype, names, dtypes)):
-            if name not in _INLINE and (name, dtype.name) not in VECTORISED:
+            if name not in _INLINE and (name, dtype.name) not in vector:
                 found.add((name, dtype.name))
         names[("step", j)], dtypes[("step", j)] = f"s{j}", dtype
     return found
