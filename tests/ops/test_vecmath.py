@@ -169,22 +169,36 @@ def test_parallel_chunks_equal_the_reference(dtype, layouts, monkeypatch):
 
 
 def test_sums_do_not_depend_on_the_number_of_threads(monkeypatch):
+    """The probes alternate one thread and all of them: every result is the same, bit for bit."""
     import numba
 
     monkeypatch.setattr(numba_loops, "PARALLEL_MIN_SIZE", 1024)
     expression = chain_expression((256, 64), "float32")
     inputs = _chain_inputs(expression, seed=3)
     run = numba_loops.compile(expression, np)
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = run(*inputs)
-        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-        every = run(*inputs)
-    finally:
-        numba.set_num_threads(before)
-    for a, b in zip(one, every):
-        assert_same(a, b, "1 thread against all")
+    results = [run(*inputs) for _ in range(5)]
+    if numba.config.NUMBA_NUM_THREADS > 1:
+        assert sorted(run.threads.times) == [1, numba.config.NUMBA_NUM_THREADS]
+        assert all(len(t) == 2 for t in run.threads.times.values())  # first call compiled
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert_same(a, b, "1 thread against all")
+
+
+def test_threads_keep_the_faster_count_then_probe_again():
+    import numba
+
+    threads = numba_loops.Threads()
+    threads.record(1, 9.0)  # the compiling call: ignored
+    many = max(2, numba.config.NUMBA_NUM_THREADS)
+    threads.times = {1: [], many: []}
+    for _ in range(threads.PROBES):
+        threads.record(1, 0.010)
+        threads.record(many, 0.030)
+    assert threads.chosen == 1 and threads.left == threads.KEEP
+    assert [threads.count() for _ in range(threads.KEEP)] == [1] * threads.KEEP
+    threads.count()  # a new round of probes
+    assert threads.left == 0 and threads.times
 
 
 def _sum_of(shape, axes, op="tanh", dtype="float32"):
