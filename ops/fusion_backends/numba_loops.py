@@ -5,19 +5,29 @@ their broadcast index, outputs stored and reductions accumulated in the innermos
 compiled once per expression with ``numba.njit`` (``pip install fluidtape[fuse]``). Nothing is
 allocated per element and no intermediate touches memory.
 
+exp and tanh (float32; exp in float64) come from ``vecmath``: branch-free code that LLVM
+vectorises, where numba's own ``np.exp``/``np.tanh`` call scalar libm (``vectorised=False`` keeps
+those). Expressions of ``PARALLEL_MIN_SIZE`` elements or more run their outermost axis as
+``CHUNKS`` ``prange`` chunks, each with its own partial sums, on one thread or all of them as
+``Threads`` measures.
+
 When it wins (``python -m benchmarks.fusion_backends``, see benchmarks/README.md): on exact
 arithmetic (add, mul, where, max, the *_grad ops of tanh, sigmoid and relu, ...) it is 2-6x faster
-than blocked numpy at every size from 8x8 to 4M. With libm functions (tanh, exp, ...) it is 2-9x
-*slower* from 64x64 up on float32 (numba calls scalar libm where numpy runs AVX-512 loops), and
-7x faster at 8x8 (numpy's ~2 us per call dominates there). ``ops.fused``'s auto policy follows
-these numbers, after the expression has paid for the compile (0.1-0.5 s).
+than blocked numpy at every size from 8x8 to 4M; on the chain's forward (tanh, sigmoid) 1.6x
+faster at 256x256 and 2.5-3x at 1M-4M with ``vecmath`` (numba's scalar libm: 2-9x *slower*). Other
+libm functions (log, sin, float64 tanh, ...) stay scalar calls: slower than numpy's SIMD loops
+from 64x64 up, 7x faster at 8x8 (numpy's ~2 us per call dominates there). ``ops.fused``'s auto
+policy follows these numbers, after the expression has paid for the compile (0.3-3 s).
 
 Results: exact rules give numpy's results bit for bit (checked by the tests); libm functions are
-within 5 ulp of numpy's (measured over 1e5 points per function and dtype), and compositions that
-cancel (gelu_grad, silu_grad) within 5e-6 * max(1, |value|) in float32 and 1e-14 * max(1,
-|value|) in float64, the narrowest float dtype of the expression deciding. Reductions accumulate
-in float64 (int64 for bool) and round once to the output dtype: closer to the exact sum than the
-reference's own float32 sum, so within its rounding of it.
+within 5 ulp of numpy's (``vecmath``'s float32 exp and tanh within 1 ulp of the correctly rounded
+value, numpy's own float32 exp within 2), and compositions that cancel (gelu_grad, silu_grad)
+within 5e-6 * max(1, |value|) in float32 and 1e-14 * max(1, |value|) in float64, the narrowest
+float dtype of the expression deciding. Reductions accumulate in float64 (int64 for bool), except
+that a float32 sum along the innermost axis adds each row in float32 vector lanes first (as
+numpy's own pairwise float32 sum does, in blocks of 8 lanes), and round once to the output dtype:
+within the reference's rounding of the exact sum. Chunks are fixed by the shape, so a sum is the
+same with any number of threads.
 """
 
 from __future__ import annotations
@@ -127,6 +137,12 @@ def generate(expression, chunks=1):
     indent = "    "
     local = [i for i, r in enumerate(expression.reductions) if ndim and ndim - 1 in r.axes]
     wide = [w for _, w, _, _ in _accumulators(expression)]
+    # A row's sum of float32 values adds float32 (8 vector lanes, against 4 in float64: measured
+    # 2x faster on the chain's loss), then joins the float64 accumulator once per row.
+    row = {
+        i: "float32" if expression.step_dtypes[r.step] == np.float32 else wide[i].name
+        for i, r in enumerate(expression.reductions)
+    }
     names, dtypes, loaded = {}, {}, set()
     for k, (in_shape, dtype) in enumerate(expression.inputs):
         names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
@@ -139,7 +155,7 @@ def generate(expression, chunks=1):
     for a in range(ndim):
         if a == ndim - 1:
             for i in local:
-                lines.append(f"{indent}r{i} = np.{wide[i].name}(0)")
+                lines.append(f"{indent}r{i} = np.{row[i]}(0)")
         if a == 0:
             lines.append(
                 f"{indent}for i0 in range(c * {shape[0]} // {chunks},"
@@ -158,15 +174,16 @@ def generate(expression, chunks=1):
     for i, j in enumerate(expression.outputs):
         lines.append(f"{indent}out{i}[{_index(expression.step_shapes[j], ndim)}] = s{j}")
     for i, r in enumerate(expression.reductions):
-        value = f"np.{wide[i].name}(s{r.step})"
         if i in local:
-            lines.append(f"{indent}r{i} = radd(r{i}, {value})")
+            lines.append(f"{indent}r{i} = radd(r{i}, np.{row[i]}(s{r.step}))")
             continue
+        value = f"np.{wide[i].name}(s{r.step})"
         lines.append(f"{indent}acc{i}[{_partial(r, ndim)}] += {value}")
     if local:
         indent = indent[:-4]
         for i in local:
-            lines.append(f"{indent}acc{i}[{_partial(expression.reductions[i], ndim)}] += r{i}")
+            index = _partial(expression.reductions[i], ndim)
+            lines.append(f"{indent}acc{i}[{index}] += np.{wide[i].name}(r{i})")
     lines.append("    return 0")
     return "\n".join(lines) + "\n"
 
