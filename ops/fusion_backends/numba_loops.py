@@ -328,9 +328,10 @@ class Threads:
     """How many threads a parallel loop nest runs with: measured, not assumed. The chunks run on
     one thread or on all (``numba.set_num_threads`` per call; the results are the same, the
     chunks being fixed): the first ``2 * PROBES`` calls alternate, then the faster (by median)
-    runs for ``KEEP`` calls, then it probes again. On an idle 2-core machine both threads win
-    (~1.7x on the 4M chain); where other processes keep the cores busy, one thread waiting for a
-    descheduled other costs a time slice per call (measured 2x-60x slower), so one thread wins."""
+    runs for ``KEEP`` calls, then it probes again. Where a second core is idle, all threads
+    should win (torch.compile uses both); where other processes keep the cores busy, a thread
+    waiting for a descheduled other costs up to a time slice per call (measured on the shared
+    2-core machine: 2x slower on the 1M chain, 60x on 256x256), so one thread wins."""
 
     PROBES, KEEP = 3, 64
 
