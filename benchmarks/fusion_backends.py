@@ -9,11 +9,13 @@ group a fusion pass makes of the chain workload's forward. ``backward``: with t 
 s = sigmoid(x) saved, dx = tanh_grad(t, s) * a + sigmoid_grad(s, t) - x, da = sum_rows(
 tanh_grad(t, s) * x), db = sum_rows(tanh_grad(t, s)): exact arithmetic and two reductions.
 Rows: ``unfused`` (the reference backend: each op's kernel on whole arrays, what eager runs),
-``blocked``, ``numba`` (compile time printed apart) and, for the forward at the largest size, the
-hand-blocked numpy floor of ``benchmarks/chain.py``. ``--blocks`` times blocked numpy at block
-sizes from 32 KiB to 1 MiB instead. Same harness as ``python -m benchmarks``: round-robin timed
-blocks after warm-up, each after a pause and an untimed settle call; medians; ``others`` is the
-number of cores other processes kept busy.
+``blocked``, ``numba`` (compile time printed apart; vectorised exp/tanh, parallel chunks from
+``numba_loops.PARALLEL_MIN_SIZE`` elements), ``numba serial`` (the same without parallel chunks),
+``numba scalar libm`` (numba's own libm calls, as before ``vecmath``; groups with libm functions)
+and, for the forward at the largest size, the hand-blocked numpy floor of ``benchmarks/chain.py``.
+``--blocks`` times blocked numpy at block sizes from 32 KiB to 1 MiB instead. Same harness as
+``python -m benchmarks``: round-robin timed blocks after warm-up, each after a pause and an
+untimed settle call; medians; ``others`` is the number of cores other processes kept busy.
 """
 
 from __future__ import annotations
@@ -86,6 +88,13 @@ def _backends(expression, arrays, with_numba):
         run(*arrays)
         notes.append(f"numba compile {time.perf_counter() - started:.2f} s")
         steps["numba"] = run
+        if numba_loops.chunks_for(expression) > 1:  # the same loop without parallel chunks
+            before, numba_loops.PARALLEL_MIN_SIZE = numba_loops.PARALLEL_MIN_SIZE, float("inf")
+            steps["numba serial"] = numba_loops.compile(expression, np)
+            numba_loops.PARALLEL_MIN_SIZE = before
+        if numba_loops.scalar_libm(expression) != numba_loops.scalar_libm(expression, False):
+            # numba's own scalar libm calls (before ops.fusion_backends.vecmath)
+            steps["numba scalar libm"] = numba_loops.compile(expression, np, vectorised=False)
     return {name: (lambda run=run: run(*arrays)) for name, run in steps.items()}, notes
 
 

@@ -8,12 +8,14 @@ compiled callable from ``ops.fusion_backends`` (cached, so each group structure 
 - ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of
   one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
-  compile (0.1-0.5 s measured) is paid back: if it is exact arithmetic (no libm function, see
-  ``ops.fusion_backends.table``; 2-6x faster than blocked numpy at every size measured, results
-  identical), or if it has at most ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs
-  ~15 ns per element and step against numpy's <1 ns SIMD loops, but numpy's ~2 us per call
-  dominates small arrays). On a GPU, ``cupy_fuse`` where every step has a generated form, else
-  ``reference``.
+  compile (0.3-2.5 s measured) is paid back, if its loop vectorises whole: exact arithmetic, and
+  the libm functions ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
+  tanh in float32). Measured (benchmarks/README.md): 2-6x faster than blocked numpy on exact
+  arithmetic at every size, and 2-3x on the chain's forward (tanh, sigmoid) at 4M. An expression
+  calling another libm function (log, sin, float64 tanh, ...) moves only with at most
+  ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs ~15 ns per element and step
+  against numpy's <1 ns SIMD loops, but numpy's ~2 us per call dominates small arrays). On a
+  GPU, ``cupy_fuse`` where every step has a generated form, else ``reference``.
 - ``"reference"``, ``"blocked"``, ``"numba"``, ``"cupy"``: that backend (``numba`` and ``cupy``
   fall back to ``blocked``/``reference`` for an expression they cannot generate).
 
@@ -36,8 +38,8 @@ from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, InputError, ShapeError
 
 BACKENDS = ("auto", "reference", "blocked", "numba", "cupy")
-# Seconds an expression runs in numpy before auto compiles it with numba (the largest compile
-# time measured, benchmarks/README.md); and the largest expression with libm functions it moves.
+# Seconds an expression runs in numpy before auto compiles it with numba (about the compile time
+# measured, benchmarks/README.md); and the largest expression with scalar libm calls it moves.
 NUMBA_AFTER_SECONDS = 0.5
 NUMBA_LIBM_MAX_SIZE = 1024
 _CACHE_SIZE = 256
@@ -139,9 +141,9 @@ def _compile_exact(expression, xp, name):
         return reference.compile(expression, xp)
     exact_numba = numba_loops.available() and numba_loops.covers(expression, exact=True)
     if name == "numba" and exact_numba:
-        return numba_loops.compile(expression, xp)
+        return numba_loops.compile(expression, xp, vectorised=False)
     if name == "auto" and exact_numba:
-        return _Adaptive(expression, blocked.compile(expression, xp))
+        return _Adaptive(expression, blocked.compile(expression, xp), exact=True)
     return blocked.compile(expression, xp)
 
 
@@ -167,17 +169,17 @@ class _Adaptive:
     """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS``; then numba, where it
     is installed and measured faster (see the module docstring)."""
 
-    __slots__ = ("expression", "run", "spent", "backend", "__weakref__")
+    __slots__ = ("expression", "run", "spent", "backend", "exact", "__weakref__")
 
-    def __init__(self, expression, run):
+    def __init__(self, expression, run, exact=False):
         from ops.fusion_backends import numba_loops
 
-        self.expression, self.run, self.spent = expression, run, 0.0
+        self.expression, self.run, self.spent, self.exact = expression, run, 0.0, exact
         self.backend = getattr(run, "backend", "blocked")
         if not (numba_loops.available() and numba_loops.covers(expression)):
             self.spent = None  # never moves
-        elif expression.size > NUMBA_LIBM_MAX_SIZE and not numba_loops.covers(expression, True):
-            self.spent = None  # libm functions on large arrays: numpy's SIMD loops win
+        elif expression.size > NUMBA_LIBM_MAX_SIZE and numba_loops.scalar_libm(expression):
+            self.spent = None  # scalar libm calls on large arrays: numpy's SIMD loops win
 
     def __call__(self, *inputs):
         if self.spent is None:
@@ -188,7 +190,7 @@ class _Adaptive:
         if self.spent >= NUMBA_AFTER_SECONDS:
             from ops.fusion_backends import numba_loops
 
-            self.run = numba_loops.compile(self.expression, np)
+            self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)
             self.spent, self.backend = None, "numba"
         return outs
 

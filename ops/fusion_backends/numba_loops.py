@@ -5,25 +5,37 @@ their broadcast index, outputs stored and reductions accumulated in the innermos
 compiled once per expression with ``numba.njit`` (``pip install fluidtape[fuse]``). Nothing is
 allocated per element and no intermediate touches memory.
 
+exp and tanh (float32; exp in float64) come from ``vecmath``: branch-free code that LLVM
+vectorises, where numba's own ``np.exp``/``np.tanh`` call scalar libm (``vectorised=False`` keeps
+those). Expressions of ``PARALLEL_MIN_SIZE`` elements or more run their outermost axis as
+``CHUNKS`` ``prange`` chunks, each with its own partial sums, on one thread or all of them as
+``Threads`` measures.
+
 When it wins (``python -m benchmarks.fusion_backends``, see benchmarks/README.md): on exact
 arithmetic (add, mul, where, max, the *_grad ops of tanh, sigmoid and relu, ...) it is 2-6x faster
-than blocked numpy at every size from 8x8 to 4M. With libm functions (tanh, exp, ...) it is 2-9x
-*slower* from 64x64 up on float32 (numba calls scalar libm where numpy runs AVX-512 loops), and
-7x faster at 8x8 (numpy's ~2 us per call dominates there). ``ops.fused``'s auto policy follows
-these numbers, after the expression has paid for the compile (0.1-0.5 s).
+than blocked numpy at every size from 8x8 to 4M; on the chain's forward (tanh, sigmoid) 1.6x
+faster at 256x256 and 2.5-3x at 1M-4M with ``vecmath`` (numba's scalar libm: 2-9x *slower*). Other
+libm functions (log, sin, float64 tanh, ...) stay scalar calls: slower than numpy's SIMD loops
+from 64x64 up, 7x faster at 8x8 (numpy's ~2 us per call dominates there). ``ops.fused``'s auto
+policy follows these numbers, after the expression has paid for the compile (0.3-3 s).
 
 Results: exact rules give numpy's results bit for bit (checked by the tests); libm functions are
-within 5 ulp of numpy's (measured over 1e5 points per function and dtype), and compositions that
-cancel (gelu_grad, silu_grad) within 5e-6 * max(1, |value|) in float32 and 1e-14 * max(1,
-|value|) in float64, the narrowest float dtype of the expression deciding. Reductions accumulate
-in float64 (int64 for bool) and round once to the output dtype: closer to the exact sum than the
-reference's own float32 sum, so within its rounding of it.
+within 5 ulp of numpy's (``vecmath``'s float32 exp and tanh within 1 ulp of the correctly rounded
+value, numpy's own float32 exp within 2), and compositions that cancel (gelu_grad, silu_grad)
+within 5e-6 * max(1, |value|) in float32 and 1e-14 * max(1, |value|) in float64, the narrowest
+float dtype of the expression deciding. Reductions accumulate in float64 (int64 for bool), except
+that a float32 sum along the innermost axis adds each row in float32 vector lanes first (as
+numpy's own pairwise float32 sum does, in blocks of 8 lanes), and round once to the output dtype:
+within the reference's rounding of the exact sum. Chunks are fixed by the shape, so a sum is the
+same with any number of threads.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
+import time
 
 import numpy as np
 
@@ -32,6 +44,12 @@ from ops.fusion_backends import reference, with_located_errors
 from ops.fusion_backends.table import Constant, rule_for
 
 _TYPES = frozenset({"float32", "float64", "bool"})
+# Expressions of at least this many elements run their outermost axis in parallel, cut into at
+# most CHUNKS chunks (a fixed count, not the thread count: sums are the same on any machine).
+# Below it, threads' start-up (~10 us) and parallel=True's longer compile do not pay (measured:
+# benchmarks/fusion_backends.py).
+PARALLEL_MIN_SIZE = 1 << 18
+CHUNKS = 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -58,6 +76,33 @@ def covers(expression, exact=False):
     return True
 
 
+# numpy names generated code calls that compile to vector instructions (casts, selects, IEEE
+# operations); every other np.<name>( is a libm function, vectorised only where ``vecmath`` has it.
+_INLINE = frozenset({"float32", "float64", "bool_", "int64", "abs", "sqrt", "copysign"})
+_INLINE |= {"isnan", "isinf", "isfinite"}
+_CALL = re.compile(r"np\.(\w+)\(")
+
+
+def scalar_libm(expression, vectorised=True):
+    """The libm functions ``expression``'s loop would call one element at a time (with
+    ``vectorised``, those that ``vecmath`` has no vectorised version of for the step's dtype),
+    as {(name, dtype)}; empty when the whole loop vectorises."""
+    from ops.fusion_backends.vecmath import VECTORISED
+
+    vector = VECTORISED if vectorised else frozenset()
+
+    names, dtypes, found = {}, {}, set()
+    for k, (_, dtype) in enumerate(expression.inputs):
+        names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
+    for j, step in enumerate(expression.steps):
+        dtype = expression.step_dtypes[j]
+        for name in _CALL.findall(_render(step, dtype, names, dtypes)):
+            if name not in _INLINE and (name, dtype.name) not in vector:
+                found.add((name, dtype.name))
+        names[("step", j)], dtypes[("step", j)] = f"s{j}", dtype
+    return found
+
+
 def _spell(value, dtype):
     if dtype.kind == "b":
         return repr(bool(value))
@@ -66,21 +111,62 @@ def _spell(value, dtype):
     return f"np.{dtype.name}({value!r})"
 
 
-def generate(expression):
-    """The source of ``fused(in0, ..., out0, ..., acc0, ...)`` computing ``expression``."""
+def chunks_for(expression):
+    """How many chunks of the outermost axis the loop nest runs as (in parallel where there is
+    more than one): one below ``PARALLEL_MIN_SIZE`` elements, else up to ``CHUNKS``. It depends
+    on the shape alone, so a reduction's result does not depend on the number of threads."""
+    shape = expression.shape
+    if not shape or expression.size < PARALLEL_MIN_SIZE:
+        return 1
+    return max(1, min(CHUNKS, shape[0]))
+
+
+def generate(expression, chunks=1):
+    """The source of ``fused(in0, ..., out0, ..., acc0, ...)`` computing ``expression``.
+
+    The outermost axis is cut into ``chunks`` ranges walked by ``prange`` (run in parallel when
+    compiled with ``parallel=True``); every accumulator has a leading axis of one partial per
+    chunk, so no two threads write the same element. A reduction over the innermost axis adds
+    into a local scalar (``radd``: an add LLVM may reassociate, so that loop vectorises) and
+    stores it once per row."""
     shape, ndim = expression.shape, len(expression.shape)
     n_in, n_out = len(expression.inputs), len(expression.outputs)
     params = [f"in{k}" for k in range(n_in)] + [f"out{i}" for i in range(n_out)]
     params += [f"acc{i}" for i in range(len(expression.reductions))]
     lines = [f"def fused({', '.join(params)}):"]
     indent = "    "
-    for a in range(ndim):
-        lines.append(f"{indent}for i{a} in range({shape[a]}):")
-        indent += "    "
-    names, dtypes = {}, {}
+    local = [i for i, r in enumerate(expression.reductions) if ndim and ndim - 1 in r.axes]
+    wide = [w for _, w, _, _ in _accumulators(expression)]
+    # A row's sum of float32 values adds float32 (8 vector lanes, against 4 in float64: measured
+    # 2x faster on the chain's loss), then joins the float64 accumulator once per row.
+    row = {
+        i: "float32" if expression.step_dtypes[r.step] == np.float32 else wide[i].name
+        for i, r in enumerate(expression.reductions)
+    }
+    names, dtypes, loaded = {}, {}, set()
     for k, (in_shape, dtype) in enumerate(expression.inputs):
         names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
-        lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
+        if all(n == 1 for n in in_shape):  # one element: read once, before the loops
+            lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
+            loaded.add(k)
+    if ndim:
+        lines.append(f"{indent}for c in prange({chunks}):")
+        indent += "    "
+    for a in range(ndim):
+        if a == ndim - 1:
+            for i in local:
+                lines.append(f"{indent}r{i} = np.{row[i]}(0)")
+        if a == 0:
+            lines.append(
+                f"{indent}for i0 in range(c * {shape[0]} // {chunks},"
+                f" (c + 1) * {shape[0]} // {chunks}):"
+            )
+        else:
+            lines.append(f"{indent}for i{a} in range({shape[a]}):")
+        indent += "    "
+    for k, (in_shape, _) in enumerate(expression.inputs):
+        if k not in loaded:
+            lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
     for j, step in enumerate(expression.steps):
         dtype = expression.step_dtypes[j]
         lines.append(f"{indent}s{j} = np.{dtype.name}({_render(step, dtype, names, dtypes)})")
@@ -88,10 +174,25 @@ def generate(expression):
     for i, j in enumerate(expression.outputs):
         lines.append(f"{indent}out{i}[{_index(expression.step_shapes[j], ndim)}] = s{j}")
     for i, r in enumerate(expression.reductions):
-        index = ", ".join("0" if a in r.axes else f"i{a}" for a in range(ndim)) or "()"
-        lines.append(f"{indent}acc{i}[{index}] += s{r.step}")
+        if i in local:
+            lines.append(f"{indent}r{i} = radd(r{i}, np.{row[i]}(s{r.step}))")
+            continue
+        value = f"np.{wide[i].name}(s{r.step})"
+        lines.append(f"{indent}acc{i}[{_partial(r, ndim)}] += {value}")
+    if local:
+        indent = indent[:-4]
+        for i in local:
+            index = _partial(expression.reductions[i], ndim)
+            lines.append(f"{indent}acc{i}[{index}] += np.{wide[i].name}(r{i})")
     lines.append("    return 0")
     return "\n".join(lines) + "\n"
+
+
+def _partial(reduction, ndim):
+    """The element of a reduction's accumulator at the loop indices: its chunk's partial (0
+    without loops), then 0 on the reduced axes."""
+    kept = ["0" if a in reduction.axes else f"i{a}" for a in range(ndim)]
+    return ", ".join(["c" if ndim else "0", *kept])
 
 
 def _index(shape, ndim):
@@ -148,7 +249,8 @@ def _helpers():
         return high if x > high else x
 
     return {
-        "np": np,
+        "prange": numba.prange,
+        "radd": _reassociable_add(),
         "where": where,
         "maximum": maximum,
         "minimum": minimum,
@@ -157,33 +259,119 @@ def _helpers():
     }
 
 
-def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
+def _reassociable_add():
+    """``radd(a, b)``: a + b whose float add carries LLVM's ``reassoc`` flag, so a loop summing
+    with it vectorises (partial sums per vector lane); nothing else in the loop is reassociated.
+    Integers add as usual."""
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def radd(typingctx, a, b):
+        if a != b or not isinstance(a, (types.Float, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            if isinstance(a, types.Integer):
+                return builder.add(*args)
+            total = builder.fadd(*args)
+            total.flags.append("reassoc")
+            return total
+
+        return a(a, b), codegen
+
+    return radd
+
+
+def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's entry point)
     """A callable running ``expression`` as one compiled loop nest (numba compiles it at the
-    first call, for the inputs' layouts)."""
+    first call, for the inputs' layouts). ``vectorised``: exp and tanh from ``vecmath`` (branch
+    free, so the loop vectorises; within a few ulp of numpy's) instead of numba's scalar libm
+    calls. Large expressions run their outermost axis in ``chunks_for`` parallel chunks."""
     import numba
 
+    from ops.fusion_backends import vecmath
+
     namespace = dict(_helpers())
-    exec(generate(expression), namespace)  # noqa: S102  (source generated from the rule table)
-    loops = numba.njit(nogil=True, error_model="numpy")(namespace.pop("fused"))
+    namespace["np"] = vecmath.namespace() if vectorised else np
+    chunks = chunks_for(expression)
+    exec(generate(expression, chunks), namespace)  # noqa: S102  (source from the rule table)
+    loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1)(namespace.pop("fused"))
     outputs = [
         (expression.step_shapes[j], np.dtype(d))
         for j, d in zip(expression.outputs, expression.dtypes)
     ]
     accumulators = _accumulators(expression)
+    threads = Threads() if chunks > 1 else None
 
     def run(*inputs):
         outs = [np.empty(shape, dtype) for shape, dtype in outputs]
-        accs = [np.zeros(shape, dtype) for shape, dtype, _, _ in accumulators]
-        loops(*inputs, *outs, *accs)
+        accs = [np.zeros((chunks, *shape), dtype) for shape, dtype, _, _ in accumulators]
+        if threads is None:
+            loops(*inputs, *outs, *accs)
+        else:
+            threads.call(loops, *inputs, *outs, *accs)
         for acc, (_, _, reduction, dtype) in zip(accs, accumulators):
+            acc = acc[0] if chunks == 1 else acc.sum(axis=0)
             if reduction.mean:
                 acc = acc / math.prod(expression.shape[a] for a in reduction.axes)
             outs.append(acc.reshape(reduction.shape).astype(dtype, copy=False))
         return outs
 
     run = with_located_errors(run, reference.compile(expression, xp))
-    run.backend = "numba"
+    run.backend, run.loops = "numba", loops  # loops: the numba dispatcher, for inspection
+    run.threads = threads
     return run
+
+
+class Threads:
+    """How many threads a parallel loop nest runs with: measured, not assumed. The chunks run on
+    one thread or on all (``numba.set_num_threads`` per call; the results are the same, the
+    chunks being fixed): the first ``2 * PROBES`` calls alternate, then the faster (by median)
+    runs for ``KEEP`` calls, then it probes again. Where a second core is idle, all threads
+    should win (torch.compile uses both); where other processes keep the cores busy, a thread
+    waiting for a descheduled other costs up to a time slice per call (measured on the shared
+    2-core machine: 2x slower on the 1M chain, 60x on 256x256), so one thread wins."""
+
+    PROBES, KEEP = 3, 64
+
+    def __init__(self):
+        self.times = {}  # thread count -> seconds of this round's probes
+        self.chosen, self.left, self.compiled = None, 0, False
+
+    def count(self):
+        """The thread count of the next call."""
+        import numba
+
+        if self.left > 0:
+            self.left -= 1
+            return self.chosen
+        every = numba.config.NUMBA_NUM_THREADS
+        one, all_ = self.times.setdefault(1, []), self.times.setdefault(every, [])
+        return 1 if len(one) <= len(all_) else every
+
+    def record(self, count, seconds):
+        if not self.compiled:  # the first call compiles: not a measurement
+            self.compiled = True
+            return
+        if self.left > 0 or count not in self.times:
+            return
+        self.times[count].append(seconds)
+        if all(len(t) >= self.PROBES for t in self.times.values()):
+            self.chosen = min(self.times, key=lambda n: sorted(self.times[n])[self.PROBES // 2])
+            self.times, self.left = {}, self.KEEP
+
+    def call(self, loops, *args):
+        import numba
+
+        count, before = self.count(), numba.get_num_threads()
+        numba.set_num_threads(count)
+        started = time.perf_counter()
+        try:
+            loops(*args)
+        finally:
+            numba.set_num_threads(before)
+        self.record(count, time.perf_counter() - started)
 
 
 def _accumulators(expression):

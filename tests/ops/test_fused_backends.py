@@ -46,7 +46,9 @@ def test_auto_runs_one_block_on_the_reference_and_larger_ones_in_blocks(fresh_ca
     assert fused.kernel_for(large, np).backend == "blocked"
 
 
-def test_auto_moves_exact_expressions_to_numba_once_they_paid_for_it(fresh_cache, monkeypatch):
+def test_auto_moves_vectorising_expressions_to_numba_once_they_paid_for_it(
+    fresh_cache, monkeypatch
+):
     monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 0.0)
     exact, libm = _arithmetic(), chain_expression((2048, 256), "float32")
     inputs = _arrays(exact)
@@ -58,7 +60,13 @@ def test_auto_moves_exact_expressions_to_numba_once_they_paid_for_it(fresh_cache
     chain = fused.kernel_for(libm, np)
     chain(*_arrays(libm))
     chain(*_arrays(libm))
-    assert chain.backend == "blocked"  # tanh and exp: numpy's SIMD loops are faster
+    # float32 tanh and exp: vectorised by ops.fusion_backends.vecmath, the whole loop vectorises
+    assert chain.backend == ("numba" if numba_loops.available() else "blocked")
+    wide = chain_expression((2048, 256), "float64")
+    scalar = fused.kernel_for(wide, np)
+    scalar(*_arrays(wide))
+    scalar(*_arrays(wide))
+    assert scalar.backend == "blocked"  # float64 tanh: scalar libm, numpy's loops are faster
     small = chain_expression((8, 8), "float32")
     tiny = fused.kernel_for(small, np)
     tiny(*_arrays(small))
