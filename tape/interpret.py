@@ -379,6 +379,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
                 later = read(id(variables[entry[0]]), -1)
                 free_at[later if later > number else number].append(entry)
     is_numpy, rows = xp is np, {}
+    release, freed = snapshot.release, weakref.ref(tape)
     for members, rule, frees in zip(groups, rules, free_at):
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
@@ -390,8 +391,8 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
                 if var._value is not None:
                     if rows:
                         rows.pop(id(var._value), None)
-                    snapshot.release(var)
-                var._pending = weakref.ref(tape)
+                    release(var)
+                var._pending = freed
         var = None
 
 
