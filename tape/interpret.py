@@ -368,7 +368,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
             group_of[position] = number
             op = ops[position]
             for var in op.args if op.defn.simple_inputs else op.input_vars():
-                last_read[id(var)] = number  # (groups are numbered in run order)
+                last_read[var] = number  # (groups are numbered in run order)
     free_at = [[] for _ in groups]
     read = last_read.get
     for position, step in enumerate(steps):
@@ -376,7 +376,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
         if frees:
             number = group_of[position]
             for entry in frees:
-                later = read(id(variables[entry[0]]), -1)
+                later = read(variables[entry[0]], -1)  # (keyed as autobatch's producer)
                 free_at[later if later > number else number].append(entry)
     is_numpy, rows = xp is np, {}
     release, freed = snapshot.release, weakref.ref(tape)

@@ -113,7 +113,9 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
         _alone(start, stop, result)  # no signature could fill a group: nothing to schedule
         return
     # The DAG as flat lists of ints (offsets from ``start``): few long-lived containers, so the
-    # garbage collector has little to scan on a tape of thousands of ops.
+    # garbage collector has little to scan on a tape of thousands of ops. ``producer`` is keyed
+    # by the Variables themselves (no id() call per look-up): they hash by identity, and live
+    # Variables never share a hash, so the dictionary never calls their elementwise ``__eq__``.
     producer, depth, waiting, sources, targets = {}, [], [], [], []
     get = producer.get
     last_random = -1
@@ -130,7 +132,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
             last_random = offset
         if defn.fast:
             for var in op.args:
-                p = get(id(var))
+                p = get(var)
                 if p is not None and p != first:
                     if count and p in sources[len(sources) - count :]:
                         continue  # (an input read twice: one edge)
@@ -140,10 +142,10 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     count += 1
                     if depth[p] >= level:
                         level = depth[p] + 1
-            producer[id(op.results[0])] = offset
+            producer[op.results[0]] = offset
         else:
             for var in inputs(op):
-                p = get(id(var))
+                p = get(var)
                 if p is not None and p != first:
                     if count and p in sources[len(sources) - count :]:
                         continue
@@ -154,7 +156,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     if depth[p] >= level:
                         level = depth[p] + 1
             for var in op.output_vars():
-                producer[id(var)] = offset
+                producer[var] = offset
         waiting.append(count)
         depth.append(level)
         offset += 1
@@ -288,15 +290,19 @@ class _Signatures:
             if akey is None:
                 append(-1)
                 continue
-            parts = []
+            # One flat tuple: per input (id, None) if shared, else (shape, dtype).
+            parts = [defn, akey]
             for var in args:
                 if var.persistable or (var._leaf and var.requires_grad):  # shared()
-                    parts.append(id(var))
+                    parts += (id(var), None)
                 else:
-                    shape = var.shape
-                    parts.append((shape if shape.__class__ is tuple else tuple(shape), var.dtype))
-            signature = (defn, akey, tuple(parts))
-            key = known.get(signature)
+                    parts += (var.shape, var.dtype)
+            signature = tuple(parts)
+            try:
+                key = known.get(signature)
+            except TypeError:  # a shape given as a list
+                signature = tuple(tuple(p) if p.__class__ is list else p for p in parts)
+                key = known.get(signature)
             if key is None:
                 key = known[signature] = self._new(rule, attrs, args)
             if key >= 0:
