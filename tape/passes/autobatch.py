@@ -105,6 +105,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
     Two linear scans before any grouping work: signatures (small ints, one dictionary look-up
     per op), and, only if some signature has ``min_group`` members, the dependency DAG."""
     if stop - start < min_group:
+        signatures.bailed += stop - start
         _alone(start, stop, result)
         return
     keys = signatures.keys(ops, start, stop)

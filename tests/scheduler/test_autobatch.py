@@ -126,6 +126,25 @@ def test_batched_forest_equals_one_op_at_a_time(examples):
             np.testing.assert_allclose(batched[2][name], want[2][name], rtol=1e-11, atol=1e-12)
 
 
+def test_depth_heuristic_batches_each_level_with_the_values_of_eager_mode():
+    examples = [(["xw", "bias", "tanh", "unsqueeze"], (DIM,), i % 7) for i in range(4)] + [
+        (["times_input", "outer", "sum_rows"], (2, DIM), [0, 6]) for _ in range(3)
+    ]
+    want = _forest(examples, "eager")
+    got = _forest(examples, {"compile": False, "autobatch": "depth"})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for name in want[2]:
+        np.testing.assert_allclose(got[2][name], want[2][name], rtol=1e-11, atol=1e-12)
+    with tape.lazy(compile=False, autobatch="depth"):
+        tape.reset_global_tape()
+        tape.get_global_tape().realize(_linear_forest(5))
+        text = tape.explain()
+    for line in ("batched matmul x5", "batched elementwise_add x5", "batched relu x5"):
+        assert line in text, text
+
+
 def _linear_forest(count, dim=DIM):
     params = _params()
     outs = []
