@@ -340,25 +340,37 @@ def _execute(tape, decision, snapshot, staged, xp, variables):
 def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic):
     """Runs the decided ops as ``tape.passes.autobatch`` schedules them: each group after the
     groups it reads from, a batched group as one kernel call; frees each value after the last
-    group that reads it."""
+    group that reads it. A schedule without batched groups runs as ``_execute`` does (tape
+    order), so a run with nothing to batch pays only the schedule's linear scans."""
     ops, steps = decision.ops, decision.steps
     barriers = [op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)]
     plan = autobatch.schedule(ops, barriers, heuristic)
-    tape._last_autobatch = (len(ops), [(ops[g[0]].type, n) for g, n in plan.batched()])
+    batched = plan.batched()
+    tape._last_autobatch = (len(ops), [(ops[g[0]].type, n) for g, n in batched])
+    if not batched:
+        _execute(tape, decision, snapshot, staged, xp, variables)
+        return
+    groups, rules = plan.groups, plan.rules
     group_of = [0] * len(ops)
     last_read = {}
-    for number, members in enumerate(plan.groups):
+    for number, members in enumerate(groups):
         for position in members:
             group_of[position] = number
-            for var in autobatch.inputs(ops[position]):
-                last_read[id(var)] = number  # (groups are numbered in run order)
-    free_at = [[] for _ in plan.groups]
+            op = ops[position]
+            for var in op.args if op.defn.simple_inputs else op.input_vars():
+                last_read[var] = number  # (groups are numbered in run order)
+    free_at = [[] for _ in groups]
+    read = last_read.get
     for position, step in enumerate(steps):
-        for slot, known in step[5]:
-            later = last_read.get(id(variables[slot]), -1)
-            free_at[max(group_of[position], later)].append((slot, known))
+        frees = step[5]
+        if frees:
+            number = group_of[position]
+            for entry in frees:
+                later = read(variables[entry[0]], -1)  # (keyed as autobatch's producer)
+                free_at[later if later > number else number].append(entry)
     is_numpy, rows = xp is np, {}
-    for members, rule, frees in zip(plan.groups, plan.rules, free_at):
+    release, freed = snapshot.release, weakref.ref(tape)
+    for members, rule, frees in zip(groups, rules, free_at):
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
@@ -367,9 +379,10 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
             var = variables[slot]
             if _count(var) <= known + 3:  # (as in _execute)
                 if var._value is not None:
-                    rows.pop(id(var._value), None)
-                    snapshot.release(var)
-                var._pending = weakref.ref(tape)
+                    if rows:
+                        rows.pop(id(var._value), None)
+                    release(var)
+                var._pending = freed
         var = None
 
 
@@ -410,14 +423,23 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
     try:
         inputs = []
         if first.args[0].__class__ is list:  # the list rule: one input per list position
+            entries = [ops[p].args[0] for p in members]
             for index in range(len(first.args[0])):
-                values = [_value(ops[p].args[0][index], staged) for p in members]
+                if staged:
+                    values = [_value(entry[index], staged) for entry in entries]
+                else:
+                    values = [entry[index]._value for entry in entries]
                 inputs.append((True, autobatch.gather(values, rows, xp)))
+        else:
+            entries = [ops[p].args for p in members]
         for slot, var in enumerate(() if inputs else first.args):
             if autobatch.shared(var):
                 inputs.append((False, _value(var, staged)))
             else:
-                values = [_value(ops[p].args[slot], staged) for p in members]
+                if staged:
+                    values = [_value(args[slot], staged) for args in entries]
+                else:
+                    values = [args[slot]._value for args in entries]
                 inputs.append((True, autobatch.gather(values, rows, xp)))
         out = rule.run(
             xp, steps[members[0]][0], first.attrs, inputs, len(members), first.results[0].shape

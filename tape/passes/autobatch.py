@@ -14,7 +14,17 @@ among themselves (each depends on the one before), so they draw what eager mode 
 ``tape.seed(n)`` stays reproducible; side-effecting and in-place ops act as barriers: the ops
 recorded before one run before it, the ops after it after it.
 
-Scheduling, on the run's dependency DAG (one linear scan: tape order is topological):
+Scheduling, per segment between barriers, in linear scans (tape order is topological):
+
+1. signatures: one small int per op (-1: does not batch), one dictionary look-up per op; the
+   rule's ``accepts`` is asked once per distinct signature, attribute keys once per attribute
+   dict. If no signature has ``MIN_GROUP`` ops in the segment, it runs in tape order with no
+   further work (``Schedule.bailed`` counts those ops);
+2. the dependency DAG (flat int lists), then one of the heuristics below. A run whose schedule
+   has no batched group at all (a chain: its ops of one signature all depend on each other)
+   is executed exactly as without autobatching, in tape order.
+
+Heuristics:
 
 * ``agenda`` (default; DyNet's agenda-based heuristic): ops that cannot batch run as soon as
   they are ready (they are the glue that unblocks others); otherwise, of the signatures with
@@ -51,12 +61,14 @@ def shared(var):
 
 class Schedule:
     """The order of a run: ``groups`` (tuples of positions into the run's ops; each group after
-    every group it depends on) and per group its batch rule (None: run the op alone)."""
+    every group it depends on) and per group its batch rule (None: run the op alone);
+    ``bailed``: ops left in tape order without grouping work, as no signature among their
+    segment's ops had enough members to fill a group."""
 
-    __slots__ = ("groups", "rules")
+    __slots__ = ("groups", "rules", "bailed")
 
     def __init__(self):
-        self.groups, self.rules = [], []
+        self.groups, self.rules, self.bailed = [], [], 0
 
     def batched(self):
         """(group, size) of every batched group, in run order."""
@@ -77,73 +89,107 @@ def schedule(ops, barriers, heuristic="agenda", min_group=MIN_GROUP) -> Schedule
             result.rules.append(None)
             start = index + 1
     _segment(ops, start, len(ops), signatures, heuristic, min_group, result)
+    result.bailed = signatures.bailed
     return result
 
 
+def _alone(start, stop, result):
+    """ops[start:stop] one at a time, in tape order."""
+    result.groups.extend((index,) for index in range(start, stop))
+    result.rules.extend([None] * (stop - start))
+
+
 def _segment(ops, start, stop, signatures, heuristic, min_group, result):
-    """Schedules ops[start:stop] (no barrier among them) into ``result``."""
-    if stop - start <= 1:
-        for index in range(start, stop):
-            result.groups.append((index,))
-            result.rules.append(None)
+    """Schedules ops[start:stop] (no barrier among them) into ``result``.
+
+    Two linear scans before any grouping work: signatures (small ints, one dictionary look-up
+    per op), and, only if some signature has ``min_group`` members, the dependency DAG."""
+    if stop - start < min_group:
+        signatures.bailed += stop - start
+        _alone(start, stop, result)
+        return
+    keys = signatures.keys(ops, start, stop)
+    if max(signatures.counts, default=0) < min_group:
+        signatures.bailed += stop - start
+        _alone(start, stop, result)  # no signature could fill a group: nothing to schedule
         return
     # The DAG as flat lists of ints (offsets from ``start``): few long-lived containers, so the
-    # garbage collector has little to scan on a tape of thousands of ops.
-    producer, depth, keys, waiting, sources, targets = {}, [], [], [], [], []
-    get, of = producer.get, signatures.of
+    # garbage collector has little to scan on a tape of thousands of ops. ``producer`` is keyed
+    # by the Variables themselves (no id() call per look-up): they hash by identity, and live
+    # Variables never share a hash, so the dictionary never calls their elementwise ``__eq__``.
+    producer, depth, waiting, sources, targets = {}, [], [], [], []
+    get = producer.get
     last_random = -1
-    for offset, op in enumerate(ops[start:stop]):
-        fast = op.defn.fast
+    offset = 0
+    for op in ops[start:stop]:
+        defn = op.defn
         level = count = 0
         first = -1
-        if op.defn.random:  # after the random op before it: the same draws as eager mode
+        if defn.random:  # after the random op before it: the same draws as eager mode
             if last_random >= 0:
                 sources.append(last_random)
                 targets.append(offset)
                 count, level, first = 1, depth[last_random] + 1, last_random
             last_random = offset
-        for var in op.args if fast else inputs(op):
-            p = get(id(var))
-            if p is not None and p != first:
-                if count and p in sources[len(sources) - count :]:
-                    continue  # (an input read twice: one edge)
-                first = p
-                sources.append(p)
-                targets.append(offset)
-                count += 1
-                if depth[p] >= level:
-                    level = depth[p] + 1
+        if defn.fast:
+            for var in op.args:
+                p = get(var)
+                if p is not None and p != first:
+                    if count and p in sources[len(sources) - count :]:
+                        continue  # (an input read twice: one edge)
+                    first = p
+                    sources.append(p)
+                    targets.append(offset)
+                    count += 1
+                    if depth[p] >= level:
+                        level = depth[p] + 1
+            producer[op.results[0]] = offset
+        else:
+            for var in inputs(op):
+                p = get(var)
+                if p is not None and p != first:
+                    if count and p in sources[len(sources) - count :]:
+                        continue
+                    first = p
+                    sources.append(p)
+                    targets.append(offset)
+                    count += 1
+                    if depth[p] >= level:
+                        level = depth[p] + 1
+            for var in op.output_vars():
+                producer[var] = offset
         waiting.append(count)
         depth.append(level)
-        keys.append(of(op))
-        if fast:
-            producer[id(op.results[0])] = offset
-        else:
-            for var in op.output_vars():
-                producer[id(var)] = offset
+        offset += 1
     if heuristic == "depth":
         order = _by_depth(depth, keys)
     else:
-        order = _by_agenda(waiting, sources, targets, depth, keys)
+        order = _by_agenda(waiting, sources, targets, depth, keys, signatures.counts)
+    rules = signatures.rules
+    groups_append, rules_append = result.groups.append, result.rules.append
     for key, members in order:
-        if key is None or len(members) < min_group:
+        if key < 0 or len(members) < min_group:
             for offset in members:
-                result.groups.append((start + offset,))
-                result.rules.append(None)
+                groups_append((start + offset,))
+                rules_append(None)
         else:
-            result.groups.append(tuple(start + m for m in members))
-            result.rules.append(key[0])
+            groups_append(tuple([start + m for m in members]))
+            rules_append(rules[key])
 
 
 def _by_depth(depth, keys):
     groups = {}
     for offset, key in enumerate(keys):
-        group = (depth[offset], key if key is not None else offset)
-        groups.setdefault(group, (key, []))[1].append(offset)
+        group = (depth[offset], key if key >= 0 else -1 - offset)
+        found = groups.get(group)
+        if found is None:
+            groups[group] = (key, [offset])
+        else:
+            found[1].append(offset)
     return [groups[g] for g in sorted(groups, key=lambda g: (g[0], groups[g][1][0]))]
 
 
-def _by_agenda(waiting, sources, targets, depth, keys):
+def _by_agenda(waiting, sources, targets, depth, keys, sizes):
     count = len(keys)
     # successors of op i: targets[begin[i]:begin[i + 1]] after a counting sort by source
     begin = [0] * (count + 1)
@@ -155,38 +201,44 @@ def _by_agenda(waiting, sources, targets, depth, keys):
     for p, t in zip(sources, targets):
         successors[fill[p]] = t
         fill[p] += 1
-    total = {}
-    for offset, key in enumerate(keys):
-        if key is not None:
-            sums = total.get(key)
-            if sums is None:
-                total[key] = [depth[offset], 1]
+    total = [0] * len(sizes)
+    for key, level in zip(keys, depth):
+        if key >= 0:
+            total[key] += level
+    average = [s / n if n else 0.0 for s, n in zip(total, sizes)]
+    ready, order = {}, []
+    singles = [offset for offset in range(count) if not waiting[offset]]
+    for offset in singles:
+        key = keys[offset]
+        if key >= 0:
+            members = ready.get(key)
+            if members is None:
+                ready[key] = [offset]
             else:
-                sums[0] += depth[offset]
-                sums[1] += 1
-    average = {key: s / n for key, (s, n) in total.items()}
-    singles, ready, order = collections.deque(), {}, []
-    for offset in range(count):
-        if not waiting[offset]:
-            if keys[offset] is None:
-                singles.append(offset)
-            else:
-                ready.setdefault(keys[offset], []).append(offset)
+                members.append(offset)
+    singles = collections.deque(offset for offset in singles if keys[offset] < 0)
+    append, pop, deal = order.append, singles.popleft, ready.get
     while singles or ready:
         if singles:
-            key, members = None, (singles.popleft(),)
+            key, members = -1, (pop(),)
         else:
             key = min(ready, key=average.__getitem__)
             members = ready.pop(key)
-        order.append((key, members))
+        append((key, members))
         for m in members:
             for s in successors[begin[m] : begin[m + 1]]:
-                waiting[s] -= 1
-                if not waiting[s]:
-                    if keys[s] is None:
+                left = waiting[s] - 1
+                waiting[s] = left
+                if not left:
+                    k = keys[s]
+                    if k < 0:
                         singles.append(s)
                     else:
-                        ready.setdefault(keys[s], []).append(s)
+                        found = deal(k)
+                        if found is None:
+                            ready[k] = [s]
+                        else:
+                            found.append(s)
     return order
 
 
@@ -196,52 +248,99 @@ def inputs(op):
     return op.input_vars()
 
 
+_UNSEEN = object()
+
+
 class _Signatures:
-    """Signatures of ops, caching attribute keys and rule verdicts."""
+    """Signatures of the ops of one schedule as small ints (-1: the op does not batch): one
+    dictionary look-up per op, the rule's verdict asked once per distinct signature.
+
+    ``rules[k]``: signature k's batch rule; ``counts[k]``: its ops in the last segment;
+    ``bailed``: ops of segments where no signature had enough members to form a group."""
 
     def __init__(self):
-        self.verdicts, self.interned = {}, {}
+        self.kinds = {}  # defn -> its rule, or None: the op never batches
+        self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
+        self.known = {}  # (defn, attribute key, inputs) -> signature
+        self.rules, self.counts, self.bailed = [], [], 0
 
-    def of(self, op):
-        """(rule, defn, attributes, inputs) or None when the op does not batch."""
-        defn = op.defn
-        if defn.random or defn.side_effect or defn.inplace:
-            return None
-        rule = rule_of(defn)
-        if rule is None:
-            return None
-        args = op.args
-        if not defn.fast:  # only the list rule: one output, one list slot
-            if rule is not LIST or not defn.single_output or len(args) != 1:
-                return None
-            args = args[0]
-        attrs = op.attrs
-        # An op's attribute dicts list their keys in the schema's order (check_attrs), so the
-        # values alone identify them.
-        akey = tuple(attrs.values())
-        try:
-            hash(akey)
-        except TypeError:
-            return None
-        parts, shapes, each = [], [], []
-        for var in args:
-            shape = var.shape if var.shape.__class__ is tuple else tuple(var.shape)
-            shapes.append(shape)
-            if shared(var):
-                parts.append(id(var))
-                each.append(False)
-            else:
-                parts.append((shape, var.dtype))
-                each.append(True)
-        parts = tuple(parts)
-        verdict_key = (defn, akey, tuple(shapes), tuple(each))
-        verdict = self.verdicts.get(verdict_key)
-        if verdict is None:
-            verdict = self.verdicts[verdict_key] = bool(rule.accepts(attrs, shapes, each))
-        if not verdict:
-            return None
-        key = (rule, defn, akey, parts)
-        return self.interned.setdefault(key, key)  # (one long-lived tuple per signature)
+    def keys(self, ops, start, stop):
+        """The signatures of ops[start:stop], counted (in ``counts``) afresh."""
+        self.counts = counts = [0] * len(self.rules)
+        kinds, attr_keys, known = self.kinds, self.attr_keys, self.known
+        keys = []
+        append = keys.append
+        for op in ops[start:stop]:
+            defn = op.defn
+            rule = kinds.get(defn, _UNSEEN)
+            if rule is _UNSEEN:
+                rule = kinds[defn] = _rule(defn)
+            if rule is None:
+                append(-1)
+                continue
+            args = op.args
+            if not defn.fast:  # only the list rule (_rule): one list slot
+                if len(args) != 1 or args[0].__class__ is not list:
+                    append(-1)
+                    continue
+                args = args[0]
+            attrs = op.attrs
+            akey = attr_keys.get(id(attrs), _UNSEEN)
+            if akey is _UNSEEN:
+                akey = attr_keys[id(attrs)] = _attr_key(attrs)
+            if akey is None:
+                append(-1)
+                continue
+            # One flat tuple: per input (id, None) if shared, else (shape, dtype).
+            parts = [defn, akey]
+            for var in args:
+                if var.persistable or (var._leaf and var.requires_grad):  # shared()
+                    parts += (id(var), None)
+                else:
+                    parts += (var.shape, var.dtype)
+            signature = tuple(parts)
+            try:
+                key = known.get(signature)
+            except TypeError:  # a shape given as a list
+                signature = tuple(tuple(p) if p.__class__ is list else p for p in parts)
+                key = known.get(signature)
+            if key is None:
+                key = known[signature] = self._new(rule, attrs, args)
+            if key >= 0:
+                counts[key] += 1
+            append(key)
+        return keys
+
+    def _new(self, rule, attrs, args):
+        shapes = [tuple(var.shape) for var in args]
+        each = [not shared(var) for var in args]
+        if not rule.accepts(attrs, shapes, each):
+            return -1
+        self.rules.append(rule)
+        self.counts.append(0)
+        return len(self.rules) - 1
+
+
+def _rule(defn):
+    """The op type's batch rule, or None when it never batches (random, side-effecting or
+    in-place ops; several outputs or list inputs, except the list rule's one list slot)."""
+    if defn.random or defn.side_effect or defn.inplace:
+        return None
+    rule = rule_of(defn)
+    if rule is None or (not defn.fast and (rule is not LIST or not defn.single_output)):
+        return None
+    return rule
+
+
+def _attr_key(attrs):
+    """The attributes as a hashable key, or None. An op's attribute dicts list their keys in
+    the schema's order (check_attrs), so the values alone identify them."""
+    key = tuple(attrs.values())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def gather(values, rows, xp):

@@ -126,6 +126,25 @@ def test_batched_forest_equals_one_op_at_a_time(examples):
             np.testing.assert_allclose(batched[2][name], want[2][name], rtol=1e-11, atol=1e-12)
 
 
+def test_depth_heuristic_batches_each_level_with_the_values_of_eager_mode():
+    examples = [(["xw", "bias", "tanh", "unsqueeze"], (DIM,), i % 7) for i in range(4)] + [
+        (["times_input", "outer", "sum_rows"], (2, DIM), [0, 6]) for _ in range(3)
+    ]
+    want = _forest(examples, "eager")
+    got = _forest(examples, {"compile": False, "autobatch": "depth"})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for name in want[2]:
+        np.testing.assert_allclose(got[2][name], want[2][name], rtol=1e-11, atol=1e-12)
+    with tape.lazy(compile=False, autobatch="depth"):
+        tape.reset_global_tape()
+        tape.get_global_tape().realize(_linear_forest(5))
+        text = tape.explain()
+    for line in ("batched matmul x5", "batched elementwise_add x5", "batched relu x5"):
+        assert line in text, text
+
+
 def _linear_forest(count, dim=DIM):
     params = _params()
     outs = []
@@ -253,6 +272,90 @@ def test_a_structure_that_batched_little_is_compiled_on_its_second_sighting():
         second = step()
         assert tape.explain().startswith("ops kept")  # a compiled plan's account
     np.testing.assert_allclose(second, first, rtol=1e-13)
+
+
+def _pending(build):
+    """The ops ``build`` records lazily (not yet run) and its outputs."""
+    tape.reset_global_tape()
+    outs = build()
+    return list(tape.get_global_tape()._pending_ops), outs
+
+
+def _few_of_each():
+    """A chain in which every signature occurs fewer than MIN_GROUP times."""
+    h = tape.Variable(np.linspace(-1, 1, DIM))
+    for _ in range(autobatch.MIN_GROUP - 1):
+        h = ops.sigmoid(ops.relu(ops.tanh(h)))
+    return [h]
+
+
+def test_a_run_where_no_signature_can_fill_a_group_bails_out_without_grouping_work():
+    with tape.lazy(compile=False):
+        pending, (h,) = _pending(_few_of_each)
+        plan = autobatch.schedule(pending, [False] * len(pending))
+        assert plan.bailed == len(pending)
+        assert plan.groups == [(i,) for i in range(len(pending))]  # tape order, one at a time
+        assert plan.batched() == []
+        got = h.numpy().copy()
+        assert "0 batched groups" in tape.explain()
+    want = np.linspace(-1, 1, DIM)
+    for _ in range(autobatch.MIN_GROUP - 1):
+        want = 1 / (1 + np.exp(-np.maximum(np.tanh(want), 0)))
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_a_run_with_enough_ops_of_one_signature_does_not_bail_out():
+    with tape.lazy(compile=False):
+        pending, outs = _pending(lambda: _linear_forest(autobatch.MIN_GROUP))
+        plan = autobatch.schedule(pending, [False] * len(pending))
+        assert plan.bailed == 0
+        assert [len(group) for group, _ in plan.batched()] == [autobatch.MIN_GROUP] * 3
+        tape.get_global_tape().realize(outs)
+
+
+def test_a_dependent_chain_of_one_signature_runs_in_tape_order_without_groups():
+    with tape.lazy(compile=False):
+
+        def chain():
+            h = tape.Variable(np.linspace(-1, 1, DIM))
+            for _ in range(6):
+                h = ops.tanh(h)
+            return [h]
+
+        pending, (h,) = _pending(chain)
+        plan = autobatch.schedule(pending, [False] * len(pending))
+        assert plan.bailed == 0  # (six tanh ops share a signature: the DAG decides)
+        assert plan.batched() == []
+        got = h.numpy().copy()
+        assert "0 batched groups" in tape.explain()
+    want = np.linspace(-1, 1, DIM)
+    for _ in range(6):
+        want = np.tanh(want)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_signatures_are_the_op_attributes_per_example_shapes_and_shared_inputs():
+    params = _params()
+    with tape.lazy(compile=False):
+
+        def record():
+            a, b = (tape.Variable(np.ones(DIM)) for _ in range(2))
+            c = tape.Variable(np.ones((2, DIM)))
+            return [
+                ops.matmul(a, params["w"]),  # 0
+                ops.matmul(b, params["w"]),  # 1: as 0 (another example, the same weight)
+                ops.matmul(c, params["w"]),  # 2: another per-example shape
+                ops.matmul(a, params["w"], transpose_y=True),  # 3: other attributes
+                ops.matmul(b, params["w"], transpose_y=True),  # 4: as 3
+                ops.matmul(a, tape.Variable(np.ones((DIM, DIM)))),  # 5: a per-example weight
+                ops.dropout(c, dropout_prob=0.5)[0],  # 6: random: never batched
+            ]
+
+        pending, _ = _pending(record)
+        keys = autobatch._Signatures().keys(pending, 0, len(pending))
+    assert keys[0] == keys[1] >= 0 and keys[3] == keys[4] >= 0
+    assert len({keys[0], keys[2], keys[3], keys[5]}) == 4
+    assert keys[6] == -1
 
 
 def test_unknown_heuristic_is_refused():
