@@ -346,7 +346,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
     barriers = [op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)]
     plan = autobatch.schedule(ops, barriers, heuristic)
     batched = plan.batched()
-    tape._last_autobatch = (len(ops), [(ops[g[0]].type, n) for g, n in batched])
+    tape._last_autobatch = (len(ops), [(ops[g[0]].type, n) for g, n in batched], plan.bailed)
     if not batched:
         _execute(tape, decision, snapshot, staged, xp, variables)
         return

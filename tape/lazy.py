@@ -212,8 +212,10 @@ def explain(tape=None) -> str:
     return pipeline.explain(compiled, CACHE)
 
 
-def _explain_autobatch(ran, groups):
-    """The account of an interpreted, autobatched run: each batched group's op type and size."""
+def _explain_autobatch(ran, groups, bailed):
+    """The account of an interpreted, autobatched run: each batched group's op type and size,
+    and how many ops ran in tape order without grouping work (no signature could fill a
+    group)."""
     members = sum(size for _, size in groups)
     lines = [
         f"interpreted run, autobatched: {ran} ops, {members} of them in {len(groups)} "
@@ -224,6 +226,8 @@ def _explain_autobatch(ran, groups):
         f"  batched {op_type} x{size}" + (f" ({count} groups)" if count > 1 else "")
         for (op_type, size), count in counts.items()
     ]
+    if bailed:
+        lines.append(f"  {bailed} ops run in tape order (no signature could fill a group)")
     return "\n".join(lines)
 
 
@@ -292,7 +296,7 @@ BATCHED_CALLS = 0.25
 
 
 def _batched_well(tape):
-    ran, groups = tape._last_autobatch
+    ran, groups, _ = tape._last_autobatch
     calls = ran - sum(size for _, size in groups) + len(groups)
     return calls <= BATCHED_CALLS * ran
 

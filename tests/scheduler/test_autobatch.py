@@ -297,7 +297,9 @@ def test_a_run_where_no_signature_can_fill_a_group_bails_out_without_grouping_wo
         assert plan.groups == [(i,) for i in range(len(pending))]  # tape order, one at a time
         assert plan.batched() == []
         got = h.numpy().copy()
-        assert "0 batched groups" in tape.explain()
+        account = tape.explain()
+        assert "0 batched groups" in account
+        assert f"{len(pending)} ops run in tape order (no signature could fill a group)" in account
     want = np.linspace(-1, 1, DIM)
     for _ in range(autobatch.MIN_GROUP - 1):
         want = 1 / (1 + np.exp(-np.maximum(np.tanh(want), 0)))
