@@ -234,3 +234,10 @@ def test_double_backward_equals_torch(kind):
     theirs = torch.autograd.grad((tgx * tgx * tx).sum(), [tx, tw])
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_one_element_window_pools_to_a_copy_of_the_input():
+    x0 = RNG.standard_normal((1, 2, 3, 4))
+    out = ops.pool2d(tape.Variable(x0), ksize=[1, 1]).numpy()
+    np.testing.assert_array_equal(out, x0)
+    assert not np.shares_memory(out, x0)
