@@ -17,7 +17,6 @@ from ops.conv_kernels import (
     axis_pads,
     convolve,
     filter_gradient,
-    kept_columns_shape,
     output_spatial,
     transposed,
 )
@@ -137,9 +136,7 @@ def _tuple(values):
 
 def _infer_conv(attrs, x, w):
     dtype = float_result(x, w, "Input", "Filter")
-    shape = conv_shape(attrs, x.shape, w.shape)
-    kept = kept_columns_shape(attrs, x.shape, w.shape[2:], x.dtype.itemsize)
-    return (shape, dtype), (kept, x.dtype)
+    return conv_shape(attrs, x.shape, w.shape), dtype
 
 
 def _check_gout(attrs, x_shape, w_shape, gout):
@@ -159,7 +156,7 @@ def _infer_grad_input(attrs, w, gout):
     return tuple(attrs["input_shape"]), dtype
 
 
-def _infer_grad_filter(attrs, x, gout, cols=None):
+def _infer_grad_filter(attrs, x, gout):
     dtype = float_result(x, gout, "Input", "Output@GRAD")
     _check_gout(attrs, x.shape, attrs["filter_shape"], gout)
     return tuple(attrs["filter_shape"]), dtype
@@ -173,8 +170,8 @@ def _grad_input_kernel(xp, attrs, w, gout):
     return transposed(xp, w, gout, attrs["input_shape"], attrs)
 
 
-def _grad_filter_kernel(xp, attrs, x, gout, cols=None):
-    return filter_gradient(xp, x, gout, attrs["filter_shape"], attrs, cols)
+def _grad_filter_kernel(xp, attrs, x, gout):
+    return filter_gradient(xp, x, gout, attrs["filter_shape"], attrs)
 
 
 def like(var, grad):
@@ -195,15 +192,14 @@ def family(attrs):
 
 
 def _conv_gradient(g):
-    # Columns only feed conv<n>d_grad_filter, which gives them no gradient: no gout arrives.
-    (x, w), (_, cols), gout = g.inputs, g.outputs, g.gouts[0]
+    (x, w), (gout,) = g.inputs, g.gouts
     _, grad_input, grad_filter = family(g.attrs)
     attrs = conv_only(g.attrs)
     gx = gw = None
     if g.needs(0):
         gx = like(x, apply(grad_input, (w, gout), {**attrs, "input_shape": x.shape}))
     if g.needs(1):
-        gw = like(w, apply(grad_filter, (x, gout, cols), {**attrs, "filter_shape": w.shape}))
+        gw = like(w, apply(grad_filter, (x, gout), {**attrs, "filter_shape": w.shape}))
     return gx, gw
 
 
@@ -213,14 +209,14 @@ def _grad_input_gradient(g):
     attrs = conv_only(g.attrs)
     gw = ggout = None
     if g.needs(0):
-        gw = like(w, apply(grad_filter, (upstream, gout, None), {**attrs, "filter_shape": w.shape}))
+        gw = like(w, apply(grad_filter, (upstream, gout), {**attrs, "filter_shape": w.shape}))
     if g.needs(1):
         ggout = like(gout, apply(conv, (upstream, w), attrs))
     return gw, ggout
 
 
 def _grad_filter_gradient(g):
-    (x, gout, _), (upstream,) = g.inputs, g.gouts
+    (x, gout), (upstream,) = g.inputs, g.gouts
     conv, grad_input, _ = family(g.attrs)
     attrs = conv_only(g.attrs)
     gx = ggout = None
@@ -228,7 +224,7 @@ def _grad_filter_gradient(g):
         gx = like(x, apply(grad_input, (upstream, gout), {**attrs, "input_shape": x.shape}))
     if g.needs(1):
         ggout = like(gout, apply(conv, (x, upstream), attrs))
-    return gx, ggout, None  # Columns are columns(Input): dInput already holds their share
+    return gx, ggout
 
 
 _CONV_DOC = """Output[n, o, *p] = sum over c and kernel offsets k of Filter[o, c, *k] *
@@ -237,10 +233,8 @@ pad(Input)[n, g * C/groups + c, *(p * strides + k * dilations)] for the group g 
 *kernel). ``paddings`` pads both ends of each axis, or (start, end) per axis.
 
 Gradients: dInput = conv{nd}d_grad_input(Filter, dOutput) (the transposed convolution),
-dFilter = conv{nd}d_grad_filter(Input, dOutput, Columns) (dOutput correlated with the input's
-columns). Mixed float dtypes promote as numpy does. Columns, a second output the call does not
-return, keeps the im2col of Input for dFilter (empty where too large or Input itself, see
-``ops.conv_kernels.kept_columns_shape``).
+dFilter = conv{nd}d_grad_filter(Input, dOutput) (dOutput correlated with the input's columns).
+Mixed float dtypes promote as numpy does.
 {example}"""
 
 _EXAMPLES = {
@@ -276,16 +270,11 @@ dFilter = conv{nd}d_grad_filter(G, Output@GRAD), d(Output@GRAD) = conv{nd}d(G, F
 
 _GRAD_FILTER_DOC = """Filter@GRAD[o, c, *k] = sum over n and output positions p of
 Output@GRAD[n, o, *p] times the input value Filter[o, c, *k] multiplied in conv{nd}d
-(Output@GRAD @ columns^T, per group). Columns, when given and not empty, are conv{nd}d's kept
-columns of Input, read instead of gathering them again; they get no gradient (Input's is whole).
+(Output@GRAD @ columns^T, per group).
 
 Bilinear and adjoint to conv{nd}d, so for an upstream gradient G:
 dInput = conv{nd}d_grad_input(G, Output@GRAD), d(Output@GRAD) = conv{nd}d(Input, G).
 """
-
-
-def _output_only(results):
-    return results[0]
 
 
 def _register_family(nd):
@@ -295,10 +284,9 @@ def _register_family(nd):
     conv = register(
         f"conv{nd}d",
         inputs=("Input", "Filter"),
-        outputs=("Output", "Columns"),
+        outputs=("Output",),
         attrs=schema,
         infer=_infer_conv,
-        returns=_output_only,
         doc=_CONV_DOC.format(example=_EXAMPLES[nd], **words),
     )(_conv_kernel)
     grad_input = register(
@@ -311,7 +299,7 @@ def _register_family(nd):
     )(_grad_input_kernel)
     grad_filter = register(
         f"conv{nd}d_grad_filter",
-        inputs=("Input", "Output@GRAD", "Columns?"),
+        inputs=("Input", "Output@GRAD"),
         outputs=("Filter@GRAD",),
         attrs={**schema, "filter_shape": Attr("ints", required=True, **shape)},
         infer=_infer_grad_filter,

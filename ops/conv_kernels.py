@@ -94,45 +94,13 @@ def _padded_columns(xp, x, kernel, out, pads, attrs):
     return cols
 
 
-# Columns larger than this are not kept for the filter gradient, which recomputes them: kept,
-# they hold prod(kernel) times the input's memory from the forward until the backward.
-COLUMNS_BUDGET = 1 << 26
-
-
-def columns_shape(attrs, x_shape, kernel):
-    """The shape of ``columns(x)``: (N, groups, C/groups * prod(kernel), prod(out))."""
-    n, c, *size = x_shape
-    groups = attrs["groups"]
-    out = output_spatial(attrs, size, kernel)
-    return (n, groups, c // groups * math.prod(kernel), math.prod(out))
-
-
-def kept_columns_shape(attrs, x_shape, kernel, itemsize):
-    """The shape of the columns a convolution keeps for its filter gradient: ``columns_shape``
-    when the columns are a copy of the input (not for a 1x1 kernel with stride 1 and no padding,
-    whose columns are the input itself) and fit ``COLUMNS_BUDGET``; else (0,), nothing kept."""
-    shape = columns_shape(attrs, x_shape, kernel)
-    pads = axis_pads(attrs["paddings"], len(kernel))
-    copied = math.prod(kernel) > 1 or max(attrs["strides"]) > 1 or any(lo or hi for lo, hi in pads)
-    if copied and math.prod(shape) * itemsize <= COLUMNS_BUDGET:
-        return shape
-    return (0,)
-
-
 def convolve(xp, x, w, attrs):
-    """(Output, kept columns): Output = Filter (per group) @ columns(Input), already in
-    (N, O, *out) order; the columns as ``kept_columns_shape`` says (the filter gradient reads
-    them instead of gathering them again, as a hand-written im2col backward does)."""
+    """Output = Filter (per group) @ columns(Input): already in (N, O, *out) order."""
     (o, _, *kernel), groups = w.shape, attrs["groups"]
     cols = columns(xp, x, kernel, attrs)
     # (groups, O/groups, K) @ (N, groups, K, L) -> (N, groups, O/groups, L).
     out = xp.matmul(w.reshape(groups, o // groups, cols.shape[2]), cols)
-    out = out.reshape((x.shape[0], o) + output_spatial(attrs, x.shape[2:], kernel))
-    if kept_columns_shape(attrs, x.shape, kernel, x.dtype.itemsize) == (0,):
-        return out, xp.empty((0,), dtype=x.dtype)
-    if xp.may_share_memory(cols, x):  # an output never aliases an input
-        cols = cols.copy()
-    return out, cols
+    return out.reshape((x.shape[0], o) + output_spatial(attrs, x.shape[2:], kernel))
 
 
 def transposed(xp, w, gout, input_shape, attrs):
@@ -166,11 +134,9 @@ def transposed(xp, w, gout, input_shape, attrs):
     return padded[(every, every, *crop)]
 
 
-def filter_gradient(xp, x, gout, filter_shape, attrs, cols=None):
-    """Filter@GRAD = Output@GRAD @ columns(Input)^T per group, summed over the batch; ``cols``
-    are the columns the forward kept (None or empty: gathered here)."""
+def filter_gradient(xp, x, gout, filter_shape, attrs):
+    """Filter@GRAD = Output@GRAD @ columns(Input)^T per group, summed over the batch."""
     (o, _, *kernel), groups, n = filter_shape, attrs["groups"], x.shape[0]
-    if cols is None or not cols.size:
-        cols = columns(xp, x, kernel, attrs)  # (N, groups, K, L)
+    cols = columns(xp, x, kernel, attrs)  # (N, groups, K, L)
     g4 = gout.reshape(n, groups, o // groups, math.prod(gout.shape[2:]))
     return xp.matmul(g4, cols.swapaxes(2, 3)).sum(axis=0).reshape(filter_shape)

@@ -125,7 +125,7 @@ def _gradient(g):
     if g.needs(0):
         gx = like(x, apply(conv, (gout, w), attrs))
     if g.needs(1):
-        gw = like(w, apply(grad_filter, (gout, x, None), {**attrs, "filter_shape": w.shape}))
+        gw = like(w, apply(grad_filter, (gout, x), {**attrs, "filter_shape": w.shape}))
     return gx, gw
 
 

@@ -82,8 +82,7 @@ def grad_input_reference(w, gout, input_shape, **attrs):
     return _crop(padded, input_shape, attrs)
 
 
-def grad_filter_reference(x, gout, columns=None, *, filter_shape, **attrs):
-    """(``columns``, the forward's kept im2col of x, only saves work: ignored here.)"""
+def grad_filter_reference(x, gout, filter_shape, **attrs):
     padded = _pad(x, attrs)
     out = np.zeros(filter_shape)
     for b, oc, ic, k, p, kk, pos in _taps(x.shape, filter_shape, **attrs):
