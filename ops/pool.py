@@ -242,10 +242,16 @@ def _pool_kernel(xp, attrs, x):
 
 
 def window_max(xp, geom, padded):
-    out = None
-    for _, window in geom.offsets():
-        part = padded[(..., *window)]
-        out = part.copy() if out is None else xp.maximum(out, part, out=out)
+    """The maximum of each window: the first two offsets' maximum into a new buffer (no copy
+    pass of the first), then the others' in place."""
+    parts = (padded[(..., *window)] for _, window in geom.offsets())
+    first = next(parts)
+    second = next(parts, None)
+    if second is None:
+        return first.copy()
+    out = xp.maximum(first, second)
+    for part in parts:
+        xp.maximum(out, part, out=out)
     return out
 
 

@@ -110,19 +110,21 @@ def _route_to_maxima(xp, geom, x, gout, maxima):
     ``where(hit, gout, 0)`` (inf and NaN included) and measured 2x faster. Windows that
     neither overlap nor reach padding write straight into dX, with no accumulation or crop.
     """
-    bits = xp.dtype(f"uint{8 * gout.dtype.itemsize}")
+    bits = xp.dtype(f"int{8 * gout.dtype.itemsize}")
     disjoint, covered = _layout(geom)
     shape = x.shape[:2] + geom.padded_extent()
     gx = (xp.empty if covered else xp.zeros)(shape, dtype=gout.dtype)
-    gout_bits, mask = gout.view(bits), xp.empty(gout.shape, dtype=bits)
+    gout_bits, select = gout.view(bits), xp.empty(gout.shape, dtype=xp.int8)
+    mask = None if disjoint else xp.empty(gout.shape, dtype=bits)
     for _, window, hit in first_max_masks(xp, geom, x, maxima):
-        mask[...] = hit
-        xp.negative(mask, out=mask)  # True -> all ones, False -> 0
+        # True -> int8 -1, which the AND sign-extends to all ones at gout's width: a one-byte
+        # pass instead of writing and negating a mask as wide as gout.
+        xp.negative(hit.view(xp.int8), out=select)
         dst = gx[(..., *window)]
         if disjoint:
-            xp.bitwise_and(gout_bits, mask, out=dst.view(bits))
+            xp.bitwise_and(gout_bits, select, out=dst.view(bits))
         else:
-            dst += xp.bitwise_and(gout_bits, mask, out=mask).view(gout.dtype)
+            dst += xp.bitwise_and(gout_bits, select, out=mask).view(gout.dtype)
     return gx if disjoint else geom.crop(gx)
 
 

@@ -181,13 +181,15 @@ def test_max_pool_ties_route_like_torch(config):
     np.testing.assert_allclose(x.grad().numpy(), tx.grad.numpy(), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("out_given", [True, False])
 @pytest.mark.parametrize("attrs", [{"ksize": [2, 2]}, {"ksize": [2, 2], "paddings": [1, 1]}])
-def test_max_pool_grad_with_or_without_out_routes_nan_and_inf_like_where(attrs, out_given):
+def test_max_pool_grad_with_or_without_out_routes_nan_and_inf_like_where(attrs, out_given, dtype):
     """Out (pool2d's output) only saves recomputing the maxima; a NaN is the maximum, and an
-    inf or NaN in Out@GRAD reaches only the maximum's element."""
-    x0 = np.array([[[[1.0, np.nan, 2.0, 0.0], [np.nan, 5.0, 2.0, 2.0]]]])
-    gout0 = np.full((1, 1) + ((1, 2) if "paddings" not in attrs else (2, 3)), np.inf)
+    inf or NaN in Out@GRAD reaches only the maximum's element (the selection is a bit mask as
+    wide as each float dtype)."""
+    x0 = np.array([[[[1.0, np.nan, 2.0, 0.0], [np.nan, 5.0, 2.0, 2.0]]]], dtype)
+    gout0 = np.full((1, 1) + ((1, 2) if "paddings" not in attrs else (2, 3)), np.inf, dtype)
     gout0[..., 0] = np.nan
     x, gout = tape.Variable(x0), tape.Variable(gout0)
     out = ops.pool2d(x, **attrs) if out_given else None
@@ -196,7 +198,22 @@ def test_max_pool_grad_with_or_without_out_routes_nan_and_inf_like_where(attrs, 
         expected = [[[[np.nan, np.inf, 0.0, np.inf], [np.nan, np.inf, 0.0, np.inf]]]]
     else:
         expected = [[[[0.0, np.nan, np.inf, 0.0], [0.0, 0.0, 0.0, 0.0]]]]
-    np.testing.assert_array_equal(gx, expected)
+    assert gx.dtype == dtype
+    np.testing.assert_array_equal(gx, np.array(expected, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_max_pool_grad_of_a_strided_gradient_equals_torch(dtype):
+    """Disjoint windows written straight into dX, from a non-contiguous Out@GRAD with negative
+    values and ties (the first maximum takes the gradient, as in PyTorch)."""
+    torch = pytest.importorskip("torch")
+    x0 = RNG.integers(-2, 3, (2, 3, 6, 8)).astype(dtype)
+    gout0 = RNG.standard_normal((2, 3, 4, 3)).astype(dtype).swapaxes(2, 3)
+    gx = ops.pool2d_grad(tape.Variable(x0), tape.Variable(gout0), None, ksize=[2, 2]).numpy()
+    tx = torch.tensor(x0.astype(np.float64), requires_grad=True)
+    torch.nn.functional.max_pool2d(tx, 2).backward(torch.tensor(gout0.astype(np.float64)))
+    assert gx.dtype == dtype
+    np.testing.assert_array_equal(gx.astype(np.float64), tx.grad.numpy())
 
 
 @pytest.mark.parametrize("kind", ["max", "avg"])
@@ -217,3 +234,10 @@ def test_double_backward_equals_torch(kind):
     theirs = torch.autograd.grad((tgx * tgx * tx).sum(), [tx, tw])
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_one_element_window_pools_to_a_copy_of_the_input():
+    x0 = RNG.standard_normal((1, 2, 3, 4))
+    out = ops.pool2d(tape.Variable(x0), ksize=[1, 1]).numpy()
+    np.testing.assert_array_equal(out, x0)
+    assert not np.shares_memory(out, x0)

@@ -32,7 +32,7 @@ def lstm_cell_returned(*inputs):
 
 
 def lstm_cell_grad_reference(gates, c, cout, g_hout=None, g_cout=None):
-    """(dz, dC) by the chain rule through Cout = f C + i g and Hout = o tanh(Cout)."""
+    """(dz, dC, dBias) by the chain rule through Cout = f C + i g and Hout = o tanh(Cout)."""
     i, f, g, o = np.split(gates, 4, axis=-1)
     g_hout = np.zeros_like(c) if g_hout is None else g_hout
     g_cout = np.zeros_like(c) if g_cout is None else g_cout
@@ -47,7 +47,7 @@ def lstm_cell_grad_reference(gates, c, cout, g_hout=None, g_cout=None):
         ],
         axis=-1,
     )
-    return gz, g_state * f
+    return gz, g_state * f, gz.reshape(-1, gz.shape[-1]).sum(axis=0)
 
 
 def _saved(lead, hidden):

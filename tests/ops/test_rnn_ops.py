@@ -180,7 +180,7 @@ def test_the_gradient_reference_is_the_forward_references_derivative():
         return np.sum(g_hout * h) + np.sum(g_cout * c_next)
 
     _, cout, gates = lstm_cell_reference(z, np.zeros(8), c)
-    gz, gc = lstm_cell_grad_reference(gates, c, cout, g_hout, g_cout)
+    gz, gc, _ = lstm_cell_grad_reference(gates, c, cout, g_hout, g_cout)
     eps = 1e-6
     for got, array, perturbed in (
         (gz, z, lambda d: objective(z + d, c)),
