@@ -358,7 +358,9 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
             group_of[position] = number
             op = ops[position]
             for var in op.args if op.defn.simple_inputs else op.input_vars():
-                last_read[var] = number  # (groups are numbered in run order)
+                # (ids, not the Variables: a key would be a reference the frees' refcount
+                # tests count as the user's, and nothing would be freed early)
+                last_read[id(var)] = number  # (groups are numbered in run order)
     free_at = [[] for _ in groups]
     read = last_read.get
     for position, step in enumerate(steps):
@@ -366,7 +368,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
         if frees:
             number = group_of[position]
             for entry in frees:
-                later = read(variables[entry[0]], -1)  # (keyed as autobatch's producer)
+                later = read(id(variables[entry[0]]), -1)
                 free_at[later if later > number else number].append(entry)
     is_numpy, rows = xp is np, {}
     release, freed = snapshot.release, weakref.ref(tape)
