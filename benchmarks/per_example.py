@@ -1,4 +1,5 @@
-"""The fluidtape training step the per-example workloads share (tree_rnn, treelstm, tagger)."""
+"""What the per-example workloads share (tree_rnn, treelstm, tagger): their data's batch cycle
+and the fluidtape training step."""
 
 from __future__ import annotations
 
@@ -33,3 +34,15 @@ def training_step(params, example_losses, lazy=None):
         return loss, grads
 
     return step
+
+
+def cycling(data):
+    """The next (examples, labels) on each call, starting from the first batch."""
+    state = {"step": 0}
+
+    def next_batch():
+        index = state["step"] % len(data["batches"])
+        state["step"] += 1
+        return data["batches"][index], data["labels"][index]
+
+    return next_batch

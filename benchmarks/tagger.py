@@ -72,18 +72,6 @@ def make_data(config, seed=0):
     return {"batches": batches, "labels": labels, "params": params}
 
 
-def cycling(data):
-    """The next (sentences, tags) on each call, starting from the first batch."""
-    state = {"step": 0}
-
-    def next_batch():
-        index = state["step"] % len(data["batches"])
-        state["step"] += 1
-        return data["batches"][index], data["labels"][index]
-
-    return next_batch
-
-
 # ---- the floor: padded batches in numpy -------------------------------------------------------
 
 
@@ -135,7 +123,7 @@ def lstm_backward(ghs, cache):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch = cycling(data)
+    next_batch = per_example.cycling(data)
 
     def step():
         sentences, tags = next_batch()
@@ -186,7 +174,7 @@ def setup_numpy(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per sentence; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
-    hidden, next_batch = config["hidden"], cycling(data)
+    hidden, next_batch = config["hidden"], per_example.cycling(data)
     values = common.copies(data["params"])
     embed = layers.Embedding(config["vocab"], config["emb"])
     embed.params()[0].set_value(values[0])
@@ -240,7 +228,7 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_torch(config, data):
     torch = common.torch()
-    hidden, next_batch = config["hidden"], cycling(data)
+    hidden, next_batch = config["hidden"], per_example.cycling(data)
     params = [torch.tensor(v, requires_grad=True) for v in common.copies(data["params"])]
     emb, forward_lstm, backward_lstm, (wo_f, wo_b, bo) = (
         params[0],

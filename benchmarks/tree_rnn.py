@@ -69,18 +69,6 @@ def make_data(config, seed=0):
     return {"batches": batches, "labels": labels, "params": params}
 
 
-def cycling(data):
-    """The next (trees, labels) on each call, starting from the first batch."""
-    state = {"step": 0}
-
-    def next_batch():
-        index = state["step"] % len(data["batches"])
-        state["step"] += 1
-        return data["batches"][index], data["labels"][index]
-
-    return next_batch
-
-
 # ---- the floor: hand-batched numpy ----------------------------------------------------------
 
 
@@ -114,7 +102,7 @@ def _schedule(trees):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch, dim = cycling(data), config["dim"]
+    next_batch, dim = per_example.cycling(data), config["dim"]
 
     def step():
         trees, labels = next_batch()
@@ -193,7 +181,7 @@ def _fluidtape_model(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per example; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, encode, classify, params = _fluidtape_model(config, data)
-    loss_fn, next_batch = layers.CrossEntropyLoss(), cycling(data)
+    loss_fn, next_batch = layers.CrossEntropyLoss(), per_example.cycling(data)
 
     def example_losses():
         trees, labels = next_batch()
@@ -237,7 +225,7 @@ def setup_torch(config, data):
             layer.weight.copy_(torch.from_numpy(w.T))
             layer.bias.copy_(torch.from_numpy(b))
     params = [leaf.weight] + [p for layer in linears for p in (layer.weight, layer.bias)]
-    next_batch = cycling(data)
+    next_batch = per_example.cycling(data)
 
     def encode(tree):
         if isinstance(tree, int):

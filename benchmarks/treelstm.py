@@ -62,18 +62,6 @@ def make_data(config, seed=0):
     return {"batches": batches, "labels": labels, "params": params}
 
 
-def cycling(data):
-    """The next (trees, labels) on each call, starting from the first batch."""
-    state = {"step": 0}
-
-    def next_batch():
-        index = state["step"] % len(data["batches"])
-        state["step"] += 1
-        return data["batches"][index], data["labels"][index]
-
-    return next_batch
-
-
 # ---- the floor: hand-batched numpy ----------------------------------------------------------
 
 
@@ -109,7 +97,7 @@ def _schedule(trees):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch, hidden = cycling(data), config["hidden"]
+    next_batch, hidden = per_example.cycling(data), config["hidden"]
 
     def step():
         trees, labels = next_batch()
@@ -179,7 +167,7 @@ def setup_numpy(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per tree; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
-    hidden, next_batch = config["hidden"], cycling(data)
+    hidden, next_batch = config["hidden"], per_example.cycling(data)
     values = common.copies(data["params"])
     embed = layers.Embedding(config["vocab"], config["emb"])
     embed.params()[0].set_value(values[0])
@@ -228,7 +216,7 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_torch(config, data):
     torch = common.torch()
-    hidden, next_batch = config["hidden"], cycling(data)
+    hidden, next_batch = config["hidden"], per_example.cycling(data)
     params = [torch.tensor(v, requires_grad=True) for v in common.copies(data["params"])]
     emb, wx, bx, ul, ur, b, wc, bc = params
     sigmoid, tanh = torch.sigmoid, torch.tanh
