@@ -46,3 +46,22 @@ def cycling(data):
         return data["batches"][index], data["labels"][index]
 
     return next_batch
+
+
+def embedding_and_params(config, data):
+    """fluidtape's ``layers.Embedding`` holding ``data["params"][0]``, and every parameter as a
+    persistable Variable requiring a gradient, the embedding's table first (the order of
+    ``data["params"]``)."""
+    import layers
+    import tape
+    from benchmarks import common
+
+    values = common.copies(data["params"])
+    embed = layers.Embedding(config["vocab"], config["emb"])
+    embed.params()[0].set_value(values[0])
+    params = embed.params()
+    for value in values[1:]:
+        param = tape.Variable(value, requires_grad=True)
+        param.persistable = True
+        params.append(param)
+    return embed, params

@@ -168,14 +168,7 @@ def setup_fluidtape(config, data, lazy=None):
     """Eager per tree; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
     hidden, next_batch = config["hidden"], per_example.cycling(data)
-    values = common.copies(data["params"])
-    embed = layers.Embedding(config["vocab"], config["emb"])
-    embed.params()[0].set_value(values[0])
-    params = embed.params()
-    for value in values[1:]:
-        param = tape.Variable(value, requires_grad=True)
-        param.persistable = True
-        params.append(param)
+    embed, params = per_example.embedding_and_params(config, data)
     _, wx, bx, ul, ur, b, wc, bc = params
     loss_fn = layers.CrossEntropyLoss()
 
