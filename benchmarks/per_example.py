@@ -1,12 +1,14 @@
-"""What the per-example workloads share (tree_rnn, treelstm, tagger): their data's batch cycle
-and the fluidtape training step."""
+"""What the per-example workloads share (tree_rnn, treelstm, tagger): their batches drawn at
+random and the fluidtape training step."""
 
 from __future__ import annotations
 
-# tape.lazy's keyword arguments of the two lazy variants: interpreted (as a graph that changes
-# every step runs), without and with autobatching.
+# tape.lazy's keyword arguments of the lazy variants, all interpreted (as a graph that changes
+# every step runs): without autobatching, with the default autobatch="auto" (batched where it
+# measures faster, tape.autobatch_choice), and always batched.
 LAZY = {"autobatch": False, "compile": False}
 AUTOBATCH = {"compile": False}
+AUTOBATCH_ALWAYS = {"compile": False, "autobatch": True}
 
 
 def training_step(params, example_losses, lazy=None):
@@ -36,14 +38,21 @@ def training_step(params, example_losses, lazy=None):
     return step
 
 
-def cycling(data):
-    """The next (examples, labels) on each call, starting from the first batch."""
-    state = {"step": 0}
+def sampling(data, seed=0):
+    """The next (examples, labels) on each call: a batch of ``data``'s batch size drawn at random
+    from all its examples, so that every step's tape has a structure never seen before (the
+    case of a model whose graph follows the data). Lazy mode remembers structures it has seen
+    (plans, backward templates), so cycling through a few fixed batches would time mostly
+    repeats. Every implementation draws the same sequence of batches (one seed)."""
+    import numpy as np
+
+    examples = [e for batch in data["batches"] for e in batch]
+    labels = [label for batch in data["labels"] for label in batch]
+    size, rng = len(data["batches"][0]), np.random.default_rng(seed)
 
     def next_batch():
-        index = state["step"] % len(data["batches"])
-        state["step"] += 1
-        return data["batches"][index], data["labels"][index]
+        chosen = rng.choice(len(examples), size, replace=False)
+        return [examples[i] for i in chosen], [labels[i] for i in chosen]
 
     return next_batch
 

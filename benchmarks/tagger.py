@@ -4,8 +4,8 @@
 direction, 20 tags): a forward and a backward LSTM over each sentence's embeddings, each token's
 tag scores ``h_fwd @ Wo_f + h_bwd @ Wo_b + bo``, and the mean cross-entropy over all tokens.
 The LSTM step is ``z = x @ Wx + h @ Wh + b``, gates i, f, g, o sliced from z (sigmoid, tanh for
-g), ``c = f*c + i*g``, ``h = o * tanh(c)``. Each step takes the next of a few fixed batches, so
-every tape has a new structure.
+g), ``c = f*c + i*g``, ``h = o * tanh(c)``. Each step draws its 32 sentences at random from a pool
+of 128 (``per_example.sampling``), so every tape has a new structure.
 
 ``fluidtape`` (eager), ``fluidtape-lazy`` (lazy, no autobatching), ``fluidtape-autobatch`` and
 ``torch`` loop over sentences and tokens the way a DyNet user writes them; the floor, ``numpy``,
@@ -123,7 +123,7 @@ def lstm_backward(ghs, cache):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch = per_example.cycling(data)
+    next_batch = per_example.sampling(data)
 
     def step():
         sentences, tags = next_batch()
@@ -174,7 +174,7 @@ def setup_numpy(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per sentence; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
-    hidden, next_batch = config["hidden"], per_example.cycling(data)
+    hidden, next_batch = config["hidden"], per_example.sampling(data)
     embed, params = per_example.embedding_and_params(config, data)
     forward_lstm, backward_lstm, (wo_f, wo_b, bo) = params[1:4], params[4:7], params[7:]
     loss_fn = layers.CrossEntropyLoss()
@@ -221,7 +221,7 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_torch(config, data):
     torch = common.torch()
-    hidden, next_batch = config["hidden"], per_example.cycling(data)
+    hidden, next_batch = config["hidden"], per_example.sampling(data)
     params = [torch.tensor(v, requires_grad=True) for v in common.copies(data["params"])]
     emb, forward_lstm, backward_lstm, (wo_f, wo_b, bo) = (
         params[0],

@@ -4,8 +4,8 @@
 classification into 5 classes, mean cross-entropy, forward + backward. A leaf reads its word's
 embedding: ``i, o, u = split(x @ W + b)``, ``c = i*u``; an internal node reads its children:
 ``i, f_l, f_r, o, u = split(h_l @ U_l + h_r @ U_r + b)``, ``c = i*u + f_l*c_l + f_r*c_r``;
-``h = o * tanh(c)`` (sigmoid gates, tanh ``u``). Each step takes the next of a few fixed
-batches, so every tape has a new structure.
+``h = o * tanh(c)`` (sigmoid gates, tanh ``u``). Each step draws its 64 trees at random from
+a pool of 256 (``per_example.sampling``), so every tape has a new structure.
 
 ``fluidtape`` (eager), ``fluidtape-lazy`` (lazy, no autobatching), ``fluidtape-autobatch`` and
 ``torch`` are written per tree the way a DyNet user writes them; the floor, ``numpy``, is the
@@ -97,7 +97,7 @@ def _schedule(trees):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch, hidden = per_example.cycling(data), config["hidden"]
+    next_batch, hidden = per_example.sampling(data), config["hidden"]
 
     def step():
         trees, labels = next_batch()
@@ -167,7 +167,7 @@ def setup_numpy(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per tree; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
-    hidden, next_batch = config["hidden"], per_example.cycling(data)
+    hidden, next_batch = config["hidden"], per_example.sampling(data)
     embed, params = per_example.embedding_and_params(config, data)
     _, wx, bx, ul, ur, b, wc, bc = params
     loss_fn = layers.CrossEntropyLoss()
@@ -209,7 +209,7 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_torch(config, data):
     torch = common.torch()
-    hidden, next_batch = config["hidden"], per_example.cycling(data)
+    hidden, next_batch = config["hidden"], per_example.sampling(data)
     params = [torch.tensor(v, requires_grad=True) for v in common.copies(data["params"])]
     emb, wx, bx, ul, ur, b, wc, bc = params
     sigmoid, tanh = torch.sigmoid, torch.tanh
