@@ -3,14 +3,17 @@
 64 random expression trees (1-8 operators) per step, embedding dim 64: a digit leaf is an
 embedding, an operator node applies its operator's composer (Linear(128,128)+ReLU,
 Linear(128,64)+tanh) to its children's concatenated vectors, a Linear classifies the root, and
-the loss is the mean cross-entropy over the trees. Each step takes the next of a few fixed
-batches of trees, so every tape has a new structure, as in training on a stream of trees.
+the loss is the mean cross-entropy over the trees. Each step draws its 64 trees at random from
+a pool of 512 (``per_example.sampling``), so every tape has a new structure, as in training on a
+stream of trees.
 
 The fluidtape and torch implementations are written per example, the way a DyNet user writes
 them (Python recursion over each tree). ``fluidtape-lazy`` runs the same code in lazy mode
-without autobatching and ``fluidtape-autobatch`` with it (DyNet's on-the-fly batching; both
-interpreted, as a new structure is). The floor, ``numpy``, is the same model hand-batched: all
-nodes of one height and operator in one product, with a hand-written backward.
+without autobatching, ``fluidtape-autobatch`` with lazy mode's default ``autobatch="auto"``
+(DyNet's on-the-fly batching where it measures faster) and ``fluidtape-autobatch-always`` with
+every run batched (all interpreted, as a new structure is). The floor, ``numpy``, is the same
+model hand-batched: all nodes of one height and operator in one product, with a hand-written
+backward.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def _schedule(trees):
 
 def setup_numpy(config, data):
     params = common.copies(data["params"])
-    next_batch, dim = per_example.cycling(data), config["dim"]
+    next_batch, dim = per_example.sampling(data), config["dim"]
 
     def step():
         trees, labels = next_batch()
@@ -181,7 +184,7 @@ def _fluidtape_model(config, data):
 def setup_fluidtape(config, data, lazy=None):
     """Eager per example; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
     tape, ops, layers, encode, classify, params = _fluidtape_model(config, data)
-    loss_fn, next_batch = layers.CrossEntropyLoss(), per_example.cycling(data)
+    loss_fn, next_batch = layers.CrossEntropyLoss(), per_example.sampling(data)
 
     def example_losses():
         trees, labels = next_batch()
@@ -199,6 +202,10 @@ def setup_fluidtape_lazy(config, data):
 
 def setup_fluidtape_autobatch(config, data):
     return setup_fluidtape(config, data, per_example.AUTOBATCH)
+
+
+def setup_fluidtape_autobatch_always(config, data):
+    return setup_fluidtape(config, data, per_example.AUTOBATCH_ALWAYS)
 
 
 # ---- PyTorch, one tree at a time ----------------------------------------------------------
@@ -225,7 +232,7 @@ def setup_torch(config, data):
             layer.weight.copy_(torch.from_numpy(w.T))
             layer.bias.copy_(torch.from_numpy(b))
     params = [leaf.weight] + [p for layer in linears for p in (layer.weight, layer.bias)]
-    next_batch = per_example.cycling(data)
+    next_batch = per_example.sampling(data)
 
     def encode(tree):
         if isinstance(tree, int):
@@ -256,5 +263,6 @@ IMPLEMENTATIONS = {
     "fluidtape": setup_fluidtape,
     "fluidtape-lazy": setup_fluidtape_lazy,
     "fluidtape-autobatch": setup_fluidtape_autobatch,
+    "fluidtape-autobatch-always": setup_fluidtape_autobatch_always,
     "torch": setup_torch,
 }

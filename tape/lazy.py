@@ -30,9 +30,10 @@ import weakref
 import numpy as np
 
 from ops.xp import to_numpy
-from tape import collector, guard, instrument, interpret, rollback
+from tape import autobatch_choice, collector, guard, instrument, interpret, rollback
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
+from tape.passes.autobatch import HEURISTICS
 from tape.passes.plan import CACHE, stand_ins
 from tape.trace import Trace, compile_trace, effectful, held_among
 from tape.transaction import uninterrupted
@@ -42,7 +43,7 @@ from tape.variable import Failed, owner
 class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = 0, False, None, False
-        self.compile, self.autobatch = None, "agenda"
+        self.compile, self.autobatch = None, "auto"
 
 
 options = _Options()
@@ -68,11 +69,14 @@ class lazy:
         check_finite: check every op's outputs for NaN and Inf as the runs compute them and
             raise ``tape.NonFiniteError`` naming the first op that produced one (as
             ``tape.detect_anomaly()`` does; the block's runs, including the one on leaving it).
-        autobatch: True (default) or a heuristic name ("agenda", "depth"): an interpreted run
-            groups independent ops of one signature into batched kernel calls
+        autobatch: "auto" (default): an interpreted run autobatches where that measured faster
+            for this model (``tape.autobatch_choice``: the first run batches, the second does
+            not, later runs take the cheaper and probe the other now and then); True or a
+            heuristic name ("agenda", "depth"): always; False: off. Autobatching groups
+            independent ops of one signature into batched kernel calls
             (``tape.passes.autobatch``: DyNet's autobatching; a structure that batched well
-            keeps being interpreted that way instead of compiled); False: off. ``exact=True``
-            switches it off too.
+            keeps being interpreted that way instead of compiled). ``exact=True`` switches it
+            off too.
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
@@ -95,16 +99,15 @@ class lazy:
         exact=False,
         compile=None,
         check_finite=False,
-        autobatch=True,
+        autobatch="auto",
     ):
-        from tape.passes.autobatch import HEURISTICS
-
         self.enabled, self.check_finite = bool(enabled), bool(check_finite)
         if autobatch is True:
             autobatch = HEURISTICS[0]
-        elif autobatch not in (False, None) and autobatch not in HEURISTICS:
+        elif autobatch not in (False, None, "auto") and autobatch not in HEURISTICS:
             raise ValueError(
-                f"autobatch must be True, False or one of {list(HEURISTICS)}, not {autobatch!r}"
+                "autobatch must be 'auto', True, False or one of "
+                f"{list(HEURISTICS)}, not {autobatch!r}"
             )
         self.settings = (
             _threads(threads),
@@ -204,12 +207,28 @@ def explain(tape=None) -> str:
 
         tape = get_global_tape()
     batched = getattr(tape, "_last_autobatch", None)
+    choice = getattr(tape, "_last_choice", None)
     if batched is not None:
-        return _explain_autobatch(*batched)
+        text = _explain_autobatch(*batched)
+        return text if choice is None else text + "\n" + _explain_choice(*choice)
+    if choice is not None:
+        return "interpreted run, not autobatched\n" + _explain_choice(*choice)
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
     return pipeline.explain(compiled, CACHE)
+
+
+def _explain_choice(batched, plain, batched_cost):
+    """Why an ``autobatch="auto"`` run did or did not batch: the costs measured so far."""
+
+    def cost(seconds):
+        return "not measured yet" if seconds is None else f"{seconds * 1e6:.2f} us"
+
+    return (
+        f"autobatch='auto' {'batched' if batched else 'did not batch'} this run; per op "
+        f"measured on this model: unbatched {cost(plain)}, batched {cost(batched_cost)}"
+    )
 
 
 def _explain_autobatch(ran, groups, bailed):
@@ -265,14 +284,9 @@ def _run_locked(tape, targets):
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
             entry = None if instrument.checking() else CACHE.get(scan.key)
             if entry is None and not _compiles(scan.key):
-                batching = None if options.exact else options.autobatch
-                missing = interpret.run(tape, scan, batching)
-                if batching is not None and missing is None and _batched_well(tape):
-                    _BATCHED[scan.key] = None
-                    if len(_BATCHED) > _SEEN_LIMIT:
-                        _BATCHED.popitem(last=False)
+                missing = _interpret(tape, scan)
             else:
-                tape._last_autobatch = None
+                tape._last_autobatch = tape._last_choice = None
                 if entry is None:
                     entry = compile_trace(scan, options.debug)
                     CACHE.put(scan.key, entry)
@@ -282,6 +296,35 @@ def _run_locked(tape, targets):
                 return
         _repend_producer(tape, missing)
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
+
+
+def _interpret(tape, scan):
+    """One interpreted run (``tape.interpret``), autobatched as the options ask: always, never,
+    or ("auto") as measured fastest for this model (``tape.autobatch_choice``)."""
+    batching = None if options.exact else options.autobatch
+    key = None
+    if batching == "auto":
+        key = autobatch_choice.model_key(scan.pending)
+        batched = autobatch_choice.choose(key)
+        batching = HEURISTICS[0] if batched else None
+        started = autobatch_choice.clock()
+    missing = interpret.run(tape, scan, batching)
+    if missing is not None:
+        return missing
+    if options.autobatch == "auto" and not options.exact:
+        autobatch_choice.measured(
+            key, batched, autobatch_choice.clock() - started, len(scan.pending)
+        )
+        tape._last_choice = (batched, *autobatch_choice.costs_of(key))
+        if not autobatch_choice.prefers_batching(key):
+            return None
+    else:
+        tape._last_choice = None
+    if batching is not None and _batched_well(tape):
+        _BATCHED[scan.key] = None
+        if len(_BATCHED) > _SEEN_LIMIT:
+            _BATCHED.popitem(last=False)
+    return None
 
 
 _SEEN = collections.OrderedDict()  # structures run once (interpreted), least recent first

@@ -35,3 +35,13 @@ def _collector_resumed():
     from tape import collector
 
     collector.step_ended()
+
+
+@pytest.fixture(autouse=True)
+def _autobatch_costs_forgotten():
+    """``autobatch="auto"`` chooses by the costs earlier runs measured (``tape.autobatch_choice``):
+    each test starts with none, so its first interpreted run autobatches, as a new model's does."""
+    from tape import autobatch_choice
+
+    autobatch_choice.reset()
+    yield

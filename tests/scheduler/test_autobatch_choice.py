@@ -1,0 +1,147 @@
+"""autobatch="auto": each model's interpreted runs autobatch only where that measured faster."""
+
+import numpy as np
+import pytest
+
+import ops
+import tape
+from tape import autobatch_choice, interpret
+from tape.autobatch_choice import MAX_INTERVAL, PROBE
+
+DIM = 6
+
+
+def _settle(key, batched_cost, plain_cost):
+    """The first two runs of a new model: one batched, one not, measured at these costs."""
+    assert autobatch_choice.choose(key) is True
+    autobatch_choice.measured(key, True, batched_cost, 1)
+    assert autobatch_choice.choose(key) is False
+    autobatch_choice.measured(key, False, plain_cost, 1)
+
+
+def _modes(key, runs, batched_cost, plain_cost):
+    """The modes ``runs`` more runs take when batching costs ``batched_cost`` per op."""
+    taken = []
+    for _ in range(runs):
+        batched = autobatch_choice.choose(key)
+        autobatch_choice.measured(key, batched, batched_cost if batched else plain_cost, 1)
+        taken.append(batched)
+    return taken
+
+
+def test_a_new_model_runs_batched_then_unbatched_then_the_cheaper():
+    _settle("m", batched_cost=1.0, plain_cost=2.0)
+    assert _modes("m", PROBE - 1, 1.0, 2.0) == [True] * (PROBE - 1)
+    autobatch_choice.reset()
+    _settle("m", batched_cost=2.0, plain_cost=1.0)
+    assert _modes("m", PROBE - 1, 2.0, 1.0) == [False] * (PROBE - 1)
+
+
+def test_a_losing_mode_is_probed_ever_less_often():
+    _settle("m", batched_cost=2.0, plain_cost=1.0)
+    taken = _modes("m", 1000, 2.0, 1.0)
+    probes = [run + 1 for run, batched in enumerate(taken) if batched]
+    gaps = np.diff([0] + probes).tolist()
+    assert gaps[:5] == [PROBE, 2 * PROBE, 4 * PROBE, 8 * PROBE, 16 * PROBE]
+    assert max(gaps) == MAX_INTERVAL  # a settled choice still looks again now and then
+    assert len(probes) <= 1000 // MAX_INTERVAL + 5
+
+
+def test_a_probe_that_wins_switches_the_choice():
+    _settle("m", batched_cost=2.0, plain_cost=1.0)
+    taken = _modes("m", PROBE, 2.0, 1.0)
+    assert taken == [False] * (PROBE - 1) + [True]
+    # the model changed (longer vectors, say): batching is now 10x cheaper
+    taken = _modes("m", 40, 0.1, 1.0)
+    assert sum(taken[-16:]) == 15  # batched, but for one probe of the other mode
+    assert autobatch_choice.prefers_batching("m")
+
+
+def test_models_are_measured_apart_and_few_are_remembered():
+    _settle("slow", batched_cost=2.0, plain_cost=1.0)
+    _settle("fast", batched_cost=1.0, plain_cost=2.0)
+    assert not autobatch_choice.prefers_batching("slow")
+    assert autobatch_choice.prefers_batching("fast")
+    for key in range(autobatch_choice.LIMIT):
+        autobatch_choice.choose(key)
+    assert autobatch_choice.costs_of("slow") == (None, None)  # least recently used: dropped
+
+
+def test_the_model_is_named_by_the_first_parameter_its_run_reads():
+    w = tape.Variable(np.ones((DIM, DIM)), requires_grad=True)
+    with tape.lazy(compile=False):
+        tape.reset_global_tape()
+        x = tape.Variable(np.ones(DIM))
+        ops.tanh(ops.matmul(ops.relu(x), w))
+        pending = tape.get_global_tape()._pending_ops
+        assert autobatch_choice.model_key(pending) == id(w)
+        tape.reset_global_tape()
+        ops.tanh(tape.Variable(np.ones(DIM)))
+        assert autobatch_choice.model_key(tape.get_global_tape()._pending_ops) is None
+
+
+@pytest.fixture
+def batching_costs(monkeypatch):
+    """Interpreted runs cost ``costs[batched]`` seconds per pending op on a fake clock."""
+    costs, now = {True: 1.0, False: 1.0}, [0.0]
+    monkeypatch.setattr(autobatch_choice, "clock", lambda: now[0])
+    run = interpret.run
+
+    def timed(tape_, scan, autobatch=None):
+        now[0] += costs[autobatch is not None] * len(scan.pending)
+        return run(tape_, scan, autobatch)
+
+    monkeypatch.setattr(interpret, "run", timed)
+    return costs
+
+
+def _forest_step(w, rows=5):
+    tape.reset_global_tape()
+    outs = [ops.relu(ops.matmul(tape.Variable(np.full(DIM, i + 1.0)), w)) for i in range(rows)]
+    tape.get_global_tape().realize(outs)
+    return [o.numpy().copy() for o in outs], tape.explain()
+
+
+def test_auto_batches_a_model_only_while_batching_measures_faster(batching_costs):
+    w = tape.Variable(np.linspace(-1, 1, DIM * DIM).reshape(DIM, DIM), requires_grad=True)
+    want = [np.maximum((i + 1.0) * w.numpy().sum(axis=0), 0) for i in range(5)]
+    batching_costs[True] = 2.0  # batching is the slower mode
+    accounts = []
+    with tape.lazy(compile=False):
+        for _ in range(PROBE + 2):
+            outs, text = _forest_step(w)
+            accounts.append(text)
+            for got, expected in zip(outs, want, strict=True):
+                np.testing.assert_allclose(got, expected, rtol=1e-13)
+    batched = [text.startswith("interpreted run, autobatched") for text in accounts]
+    assert batched[:2] == [True, False]
+    assert batched[2 : PROBE + 1] == [False] * (PROBE - 1)  # until the probe
+    assert batched[PROBE + 1]  # the probe
+    assert "did not batch this run" in accounts[1]
+    assert "unbatched 1000000.00 us, batched 2000000.00 us" in accounts[1]  # per op
+
+
+def test_auto_keeps_batching_a_model_where_batching_measures_faster(batching_costs):
+    w = tape.Variable(np.ones((DIM, DIM)), requires_grad=True)
+    batching_costs[False] = 3.0
+    with tape.lazy(compile=False):
+        texts = [_forest_step(w)[1] for _ in range(PROBE)]
+    batched = [text.startswith("interpreted run, autobatched") for text in texts]
+    assert batched == [True, False] + [True] * (PROBE - 2)
+
+
+@pytest.mark.parametrize("options", [{"autobatch": True}, {"autobatch": False}, {"exact": True}])
+def test_explicit_choices_and_exact_mode_measure_nothing(options, batching_costs):
+    w = tape.Variable(np.ones((DIM, DIM)), requires_grad=True)
+    batching_costs[True] = 5.0
+    with tape.lazy(compile=False, **options):
+        texts = [_forest_step(w)[1] for _ in range(3)]
+    assert autobatch_choice.costs_of(id(w)) == (None, None)
+    batches = options == {"autobatch": True}
+    assert all(t.startswith("interpreted run, autobatched") == batches for t in texts)
+
+
+def test_auto_is_the_default_and_unknown_choices_are_refused():
+    assert tape.lazy().settings[-1] == "auto"
+    with pytest.raises(ValueError, match="'auto', True, False"):
+        tape.lazy(autobatch="sometimes")
