@@ -26,7 +26,13 @@ def product(xp, x, y):
     with PyTorch's weight layout) is computed as ``(W @ x.T).T``: OpenBLAS's transposed-B path
     was ~2x slower there. Large products keep the plain form: their F-ordered result made the
     next elementwise op (relu_grad in an MLP backward) 3x slower than the product gained.
+
+    An outer product (contraction over one element: ``x_i^T @ g_i``, a weight's gradient from
+    one example) is a broadcast multiply, 3-5x faster than the BLAS call here and bit-identical
+    (each element is one product either way).
     """
+    if x.ndim >= 2 and y.ndim >= 2 and x.shape[-1] == 1 == y.shape[-2]:
+        return x * y
     if xp is not np:
         return xp.matmul(x, y)
     if x.ndim == 2 and y.ndim == 2:

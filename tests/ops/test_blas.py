@@ -48,3 +48,21 @@ def test_batched_products_are_unchanged():
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((3, 5, 6))
     np.testing.assert_allclose(matmul_module.product(np, a, b), a @ b, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "x_shape, y_shape",
+    [((128, 1), (1, 64)), ((5, 7, 1), (5, 1, 3)), ((7, 1), (4, 1, 3)), ((2, 1, 6, 1), (3, 1, 2))],
+)
+@pytest.mark.parametrize(
+    "dtypes", [("float32", "float32"), ("float64", "float64"), ("float32", "float64")]
+)
+def test_outer_products_equal_numpy_bit_for_bit(x_shape, y_shape, dtypes):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(x_shape).astype(dtypes[0])
+    y = rng.standard_normal(y_shape).astype(dtypes[1])
+    got, want = matmul_module.product(np, x, y), np.matmul(x, y)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    transposed = np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)  # a strided view
+    np.testing.assert_array_equal(matmul_module.product(np, transposed, y), want)
