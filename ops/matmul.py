@@ -184,6 +184,8 @@ def _(g):
     x_vec, y_vec = len(x.shape) == 1, len(y.shape) == 1
     tx = g.attrs["transpose_x"] and not x_vec
     ty = g.attrs["transpose_y"] and not y_vec
+    if x_vec != y_vec and len(y.shape if x_vec else x.shape) == 2:
+        return _vector_matrix_gradient(g, x, y, gout, tx, ty, x_vec)
     xm = unsqueeze(x, axes=[0]) if x_vec else x
     ym = unsqueeze(y, axes=[1]) if y_vec else y
     gm = gout
@@ -210,3 +212,28 @@ def _(g):
         gy = sum_to(gy, ym.shape)
         gy = reshape(gy, shape=y.shape) if y_vec else gy
     return gx, gy
+
+
+def _vector_matrix_gradient(g, x, y, gout, tx, ty, x_vec):
+    """The gradients of ``x @ op(W)`` or ``op(W) @ y`` for a vector and a 2-D ``W`` (a layer
+    applied to one example): the vector's is one vector-matrix product and the matrix's one
+    outer product, four ops where the general rule records five."""
+    from ops.shape import unsqueeze
+
+    vector, matrix = (x, y) if x_vec else (y, x)
+    flipped = ty if x_vec else tx  # whether op(W) transposes the stored matrix
+    # d vector = gout contracted with op(W) over op(W)'s output axis
+    gv = None
+    if g.needs(0 if x_vec else 1):
+        gv = apply(matmul, (gout, matrix), {"transpose_x": False, "transpose_y": flipped != x_vec})
+    gw = None
+    if g.needs(1 if x_vec else 0):
+        # d op(W) = outer(x, gout) for x @ op(W), outer(gout, y) for op(W) @ y; d W is that,
+        # transposed back when op transposes
+        first, second = (vector, gout) if x_vec != flipped else (gout, vector)
+        gw = apply(
+            matmul,
+            (unsqueeze(first, axes=[0]), unsqueeze(second, axes=[0])),
+            {"transpose_x": True, "transpose_y": False},
+        )
+    return (gv, gw) if x_vec else (gw, gv)
