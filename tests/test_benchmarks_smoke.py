@@ -153,3 +153,19 @@ def test_scaling_trees_are_fresh_every_step_and_binary():
         assert len(merges) == n - 1  # a binary tree over n leaves
         used = [i for pair in merges for i in pair]
         assert sorted(used) == list(range(2 * n - 2))  # every node but the root is a child once
+
+
+@pytest.mark.parametrize("name", ["tree_rnn", "treelstm", "tagger"])
+def test_per_example_batches_are_new_every_step_and_the_same_for_every_implementation(name):
+    from benchmarks import per_example
+
+    data = MODULES[name].make_data(MODULES[name].DEFAULT)
+    size = len(data["batches"][0])
+    draws, again = per_example.sampling(data), per_example.sampling(data)
+    seen = set()
+    for _ in range(20):
+        examples, labels = draws()
+        assert len(examples) == len(labels) == size
+        seen.add(repr(examples))  # (the batch, in order: the tape's structure)
+        assert repr(again()) == repr((examples, labels))  # one sequence for every implementation
+    assert len(seen) == 20
