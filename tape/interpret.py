@@ -346,7 +346,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
     barriers = [op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)]
     plan = autobatch.schedule(ops, barriers, heuristic)
     batched = plan.batched()
-    tape._last_autobatch = (len(ops), [(ops[g[0]].type, n) for g, n in batched], plan.bailed)
+    tape._last_autobatch = (len(ops), [_described(ops[g[0]], n) for g, n in batched], plan.bailed)
     if not batched:
         _execute(tape, decision, snapshot, staged, xp, variables)
         return
@@ -386,6 +386,17 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
                     release(var)
                 var._pending = freed
         var = None
+
+
+def _described(op, size):
+    """(op type, group size, the input slots gathered per member, the shared ones): what
+    ``tape.explain`` says of a batched group whose first member is ``op``."""
+    args, slots = op.args, op.defn.input_slots
+    if args[0].__class__ is list:  # the list rule: every position gathered
+        return op.type, size, (slots[0],), ()
+    gathered = tuple(slot for slot, var in zip(slots, args) if not autobatch.shared(var))
+    shared = tuple(slot for slot, var in zip(slots, args) if autobatch.shared(var))
+    return op.type, size, gathered, shared
 
 
 def _located_step(step, op, xp, staged, is_numpy):

@@ -233,17 +233,20 @@ def _explain_choice(batched, plain, batched_cost):
 
 def _explain_autobatch(ran, groups, bailed):
     """The account of an interpreted, autobatched run: each batched group's op type and size,
-    and how many ops ran in tape order without grouping work (no signature could fill a
-    group)."""
-    members = sum(size for _, size in groups)
+    the inputs it gathered per member and those all members share (parameters), and how many
+    ops ran in tape order without grouping work (no signature could fill a group)."""
+    members = sum(group[1] for group in groups)
     lines = [
         f"interpreted run, autobatched: {ran} ops, {members} of them in {len(groups)} "
         f"batched groups ({ran - members + len(groups)} kernel calls)"
     ]
     counts = collections.Counter(groups)
     lines += [
-        f"  batched {op_type} x{size}" + (f" ({count} groups)" if count > 1 else "")
-        for (op_type, size), count in counts.items()
+        f"  batched {op_type} x{size}"
+        + (f" ({count} groups)" if count > 1 else "")
+        + f": gathered {', '.join(gathered) or 'nothing'}"
+        + (f"; shared {', '.join(shared)}" if shared else "")
+        for (op_type, size, gathered, shared), count in counts.items()
     ]
     if bailed:
         lines.append(f"  {bailed} ops run in tape order (no signature could fill a group)")
@@ -340,7 +343,7 @@ BATCHED_CALLS = 0.25
 
 def _batched_well(tape):
     ran, groups, _ = tape._last_autobatch
-    calls = ran - sum(size for _, size in groups) + len(groups)
+    calls = ran - sum(group[1] for group in groups) + len(groups)
     return calls <= BATCHED_CALLS * ran
 
 

@@ -163,6 +163,7 @@ def test_explain_names_the_groups_and_their_sizes():
     assert "autobatched" in text
     for line in ("batched matmul x5", "batched elementwise_add x5", "batched relu x5"):
         assert line in text, text
+    assert "batched matmul x5: gathered X; shared Y" in text  # the rows, not the weight
 
 
 def test_groups_smaller_than_the_cost_model_minimum_run_alone():
