@@ -24,9 +24,10 @@ import argparse
 import importlib
 
 
-def lazy_variant(setup, threads=0, exact=False):
-    """A setup running ``setup``'s step in lazy mode (``threads`` > 1: on a thread pool;
-    ``exact``: without the rewrites that reorder floating-point sums)."""
+def lazy_variant(setup, threads="auto", exact=False):
+    """A setup running ``setup``'s step in lazy mode (``threads``: lazy mode's default "auto",
+    or a count, > 1 on a thread pool; ``exact``: without the rewrites that reorder
+    floating-point sums)."""
 
     def setup_lazy(config, data):
         import tape

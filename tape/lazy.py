@@ -42,7 +42,7 @@ from tape.variable import Failed, owner
 
 class _Options(threading.local):
     def __init__(self):
-        self.threads, self.validate, self.debug, self.exact = 0, False, None, False
+        self.threads, self.validate, self.debug, self.exact = "auto", False, None, False
         self.compile, self.autobatch = None, "auto"
 
 
@@ -54,9 +54,11 @@ class lazy:
 
     Args:
         enabled: False switches lazy mode off inside an outer ``lazy()``.
-        threads: run plans on this many threads (0 or 1: in program order); "auto": on the
-            cores where a cost model predicts the pool wins clearly (``passes.parallel``),
-            else in program order. A structure's first, interpreted run is always in order.
+        threads: "auto" (default): a plan runs on the cores where a cost model predicts the
+            pool wins clearly and timed trials confirm it (``passes.parallel``; a chain or a
+            tape of small ops never qualifies), else in program order; a count: run plans on
+            this many threads (0 or 1: in program order). A structure's first, interpreted run
+            is always in order.
         validate: also run every plan the eager way and compare the results bit for bit.
         debug: verify the IR between passes and print one line per pass (see pipeline).
         exact: no rewrites that reorder floating-point sums (``passes.batch_products``): results
@@ -93,7 +95,7 @@ class lazy:
     def __init__(
         self,
         enabled=True,
-        threads=0,
+        threads="auto",
         validate=False,
         debug=None,
         exact=False,

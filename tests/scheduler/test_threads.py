@@ -171,7 +171,7 @@ def test_auto_runs_a_small_graph_in_program_order_without_timing_it(monkeypatch)
         return x.grad().numpy()
 
     for _ in range(3):
-        with tape.lazy(threads="auto"):
+        with tape.lazy():  # (threads="auto", the default)
             tape.reset_global_tape()
             x.clear_grad()
             grad = record()
@@ -222,7 +222,8 @@ def test_a_nominated_plan_keeps_the_faster_way_its_trials_measured():
     assert order[: 2 * parallel.TRIALS] == [0, 2] * parallel.TRIALS  # interleaved
 
 
-def test_threads_must_be_a_count_or_auto():
+def test_threads_must_be_a_count_or_auto_which_is_the_default():
     with pytest.raises(ValueError):
         tape.lazy(threads="many")
     assert tape.lazy(threads="auto").settings[0] == "auto"
+    assert tape.lazy().settings[0] == "auto"  # the cost model decides unless told otherwise
