@@ -18,8 +18,9 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import backward_faults, collector, guard, instrument, replay, stale
+from tape import backward_faults, collector, grad_memo, guard, instrument, replay, stale
 from tape.errors import GraphError, InputError, user_location
+from tape.guard import SHARED
 from tape.tape import apply, state
 from tape.variable import Variable, owner
 
@@ -113,12 +114,17 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     if replayable and wanted is None and not tape._written:
         with collector.paused():  # (a lazy tape's ops all stay alive: see tape.collector)
             return replay.gradients(
-                tape, loss, retain_graph, lambda: _scan(tape, loss, None, retain_graph, False, None)
+                tape,
+                loss,
+                retain_graph,
+                lambda: _scan(tape, loss, None, retain_graph, False, None, memo=True),
             )
     return _scan(tape, loss, seed, retain_graph, create_graph, wanted)
 
 
-def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None):
+def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None, memo=False):
+    """The reverse scan. ``memo``: a lazy tape just numbered (``tape.replay``), whose makers'
+    gradient ops may come from ``tape.grad_memo``'s recipes."""
     release = not (retain_graph or create_graph)
     # A lazy tape keeps the op itself (it has not run yet) but marks its outputs released, so
     # the scheduler knows no later gradient will read the forward buffers it holds.
@@ -169,7 +175,7 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None):
                 if op.defn.grad_maker is not None:
                     if written:
                         guard.check(written, op)
-                    _run_grad_maker(op, gouts, pending)
+                    _run_grad_maker(op, gouts, pending, tape if memo else None)
                 if final is not None and index in final:  # no earlier op reads these leaves
                     _announce(final.pop(index), pending, tape._grad_hooks)
                 if drop:
@@ -308,11 +314,16 @@ def _pop(var, pending, wanted, taken):
     return g
 
 
-def _run_grad_maker(op, gouts, pending):
-    """Runs ``op``'s gradient maker and adds its gradients to ``pending``. An error while
-    adding is marked ``partial_sum`` (some inputs may have their share already)."""
+def _run_grad_maker(op, gouts, pending, memo=None):
+    """Runs ``op``'s gradient maker (or replays its recipe on the lazy tape ``memo``:
+    ``tape.grad_memo``) and adds its gradients to ``pending``. An error while adding is marked
+    ``partial_sum`` (some inputs may have their share already)."""
     try:
-        if instrument.ACTIVE is None:
+        if memo is not None and instrument.ACTIVE is None and not SHARED:
+            gins = grad_memo.make(
+                op, gouts, memo, lambda: op.defn.grad_maker(GradContext(op, gouts))
+            )
+        elif instrument.ACTIVE is None:
             gins = op.defn.grad_maker(GradContext(op, gouts))
         else:
             with instrument.making_gradient_of(op):

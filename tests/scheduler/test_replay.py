@@ -12,7 +12,7 @@ import ops
 import optim
 import tape
 from ops.registry import REGISTRY
-from tape import replay
+from tape import grad_memo, replay
 from tape.testing import _ordered
 from tests.ops.test_registry_sweep import CASES
 from tests.scheduler.test_properties import SETTINGS, _argument, _chooser, _flat
@@ -27,13 +27,14 @@ def makers_run(monkeypatch):
     calls = []
     run = engine._run_grad_maker
 
-    def counting(op, gouts, pending):
+    def counting(op, gouts, pending, memo=None):
         calls.append(op.type)
-        return run(op, gouts, pending)
+        return run(op, gouts, pending, memo)
 
     monkeypatch.setattr(engine, "_run_grad_maker", counting)
     replay._TEMPLATES.clear()
     replay._SEEN.clear()
+    grad_memo.clear()
     return calls
 
 

@@ -1,0 +1,229 @@
+"""Gradient makers remembered per op form: a lazy backward of a graph that changes every step
+asks each maker once per form, not once per op.
+
+Makers build their gradients from registered ops and from the shapes, dtypes and flags of what
+they are given (the registry's rule, which ``tape.replay`` relies on too), so two ops of one
+*form* -- definition and gradient maker, attribute values, per input, output and output
+gradient its shape, dtype and flags, and which of them are one and the same Variable -- get the
+same gradient ops, wired the same way. ``tape.replay`` replays a whole backward when the whole
+tape repeats; a graph that follows the data (a tree, a sentence) repeats only op by op: the same
+layer at every node. So a lazy backward keeps, per form seen twice, what its maker recorded (a
+``Recipe``) and from the third sighting on appends those ops directly: new pending Variables
+and OpHandles, with no maker call, shape inference or attribute check.
+
+A recipe names each Variable its ops read by its place in ``env``: the forward op's inputs,
+outputs and output gradients, flattened in slot order (None for an absent entry), then the
+constants the maker made (leaves with a value that no op of the tape reads: kept and read again
+by every replay, as ``tape.replay`` keeps them), then the recipe's own outputs in order. A maker
+that reads any other Variable, or a backward that runs the tape meanwhile, is not remembered.
+At most ``LIMIT`` recipes are kept, least recently used dropped.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from tape.op_handle import OpHandle
+from tape.variable import Variable
+
+LIMIT = 4096
+_RECIPES: collections.OrderedDict = collections.OrderedDict()
+_SEEN: collections.OrderedDict = collections.OrderedDict()  # forms seen once (not learnt)
+
+
+class Recipe:
+    """What a maker recorded for one form: ``ops`` as (definition, attributes, input places,
+    outputs) -- a place is an index into ``env`` (a tuple of them for a list entry, None for an
+    absent one), an output None or (False, (shape, dtype, requires_grad)) or, for a list, (True,
+    a tuple of those) -- ``consts`` the Variables the maker made, and ``returns`` the type of
+    sequence the maker returned with the place of each gradient in it (None where it gave
+    none)."""
+
+    __slots__ = ("ops", "consts", "returns")
+
+
+def _describe(entry):
+    if entry is None:
+        return None
+    if entry.__class__ is list:
+        return tuple(_describe(v) for v in entry)
+    return (entry.shape, entry.dtype, entry.requires_grad, entry._leaf, entry.persistable)
+
+
+def _flat(entries, into):
+    for entry in entries:
+        if entry.__class__ is list:
+            into.extend(entry)
+        else:
+            into.append(entry)
+    return into
+
+
+def form(op, gouts):
+    """The key of ``op``'s form with output gradients ``gouts`` (None: it has none: the
+    attributes are not hashable), and the flat ``env`` head it names Variables by."""
+    defn, attrs = op.defn, op.attrs
+    env = _flat(gouts, _flat(op.results, _flat(op.args, [])))
+    first, aliases = {}, []
+    for position, var in enumerate(env):
+        aliases.append(first.setdefault(id(var), position) if var is not None else -1)
+    key = (
+        defn,
+        defn.grad_maker,
+        tuple(attrs.values()),
+        tuple([_describe(e) for e in op.args]),
+        tuple([_describe(e) for e in op.results]),
+        tuple([_describe(e) for e in gouts]),
+        tuple(aliases),
+    )
+    try:
+        hash(key)
+    except TypeError:  # an attribute holding a list or an array
+        return None, env
+    return key, env
+
+
+def make(op, gouts, tape, run_maker):
+    """The gradients of ``op`` (per input slot), recorded lazily on ``tape``: replayed from
+    the recipe of its form, or made by ``run_maker()`` and, on a form's second sighting,
+    learnt."""
+    key, env = form(op, gouts)
+    if key is None:
+        return run_maker()
+    recipe = _RECIPES.get(key)
+    if recipe is not None:
+        _RECIPES.move_to_end(key)
+        return _replay(recipe, env, tape)
+    if key not in _SEEN:
+        _SEEN[key] = None
+        if len(_SEEN) > LIMIT:
+            _SEEN.popitem(last=False)
+        return run_maker()
+    del _SEEN[key]
+    ops, pending = tape._ops, tape._pending_ops
+    first_op, first_pending = len(ops), len(pending)
+    gins = run_maker()
+    recorded = ops[first_op:]
+    if pending[first_pending:] == recorded:  # (else a run happened meanwhile)
+        recipe = _learn(recorded, env, gins, tape)
+        if recipe is not None:
+            _RECIPES[key] = recipe
+            if len(_RECIPES) > LIMIT:
+                _RECIPES.popitem(last=False)
+    return gins
+
+
+def _learn(recorded, env, gins, tape):
+    known = {}
+    for position, var in enumerate(env):
+        if var is not None:
+            known.setdefault(id(var), position)
+    numbering = getattr(tape, "_structure", None)
+    tape_vars = numbering.index if numbering is not None else None
+    produced = {id(v) for op in recorded for v in op.output_vars()}
+    consts = []
+    for op in recorded:  # the maker's constants: first, in order of first reading
+        for var in op.input_vars():
+            if id(var) in known or id(var) in produced:
+                continue
+            if tape_vars is None or id(var) in tape_vars or not _constant(var):
+                return None  # a Variable of the tape its op does not name, or no constant
+            known[id(var)] = len(env) + len(consts)
+            consts.append(var)
+    recipe = Recipe()
+    recipe.ops, recipe.consts = [], tuple(consts)
+    size = len(env) + len(consts)
+    for op in recorded:
+        ins = tuple(_places(entry, known) for entry in op.args)
+        outs = []
+        for entry in op.results:
+            if entry is None:
+                outs.append(None)
+                continue
+            for var in entry if entry.__class__ is list else (entry,):
+                if id(var) in known:
+                    return None  # an output written twice, or in place
+                known[id(var)] = size
+                size += 1
+            outs.append(_description(entry))
+        recipe.ops.append((op.defn, op.attrs, ins, tuple(outs)))
+    returns = []
+    for g in gins if gins.__class__ in (list, tuple) else ():
+        place = _places(g, known) if g is not None else None
+        if g is not None and (place is None or (place.__class__ is tuple and None in place)):
+            return None
+        returns.append(place)
+    if gins.__class__ not in (list, tuple):
+        return None
+    recipe.returns = (gins.__class__, tuple(returns))
+    return recipe
+
+
+def _constant(var):
+    return var._leaf and not var.requires_grad and var._value is not None and var._pending is None
+
+
+def _places(entry, known):
+    if entry is None:
+        return None
+    if entry.__class__ is list:
+        return tuple(known.get(id(v)) for v in entry)
+    return known.get(id(entry))
+
+
+def _description(entry):
+    """(True, descriptions) for a list of outputs, (False, description) for one."""
+    if entry.__class__ is list:
+        return True, tuple((v.shape, v.dtype, v.requires_grad) for v in entry)
+    return False, (entry.shape, entry.dtype, entry.requires_grad)
+
+
+def _replay(recipe, env, tape):
+    """Appends the recipe's ops to ``tape`` (pending) and returns the gradients they make."""
+    from tape.tape import state
+
+    env += recipe.consts
+    ops, pending, location, make_var = tape._ops, tape._pending_ops, state.location, Variable._make
+    for defn, attrs, ins, outs in recipe.ops:
+        args = tuple(
+            [
+                None if p is None else env[p] if p.__class__ is int else [env[i] for i in p]
+                for p in ins
+            ]
+        )
+        results = []
+        for out in outs:
+            if out is None:
+                results.append(None)
+                continue
+            many, desc = out
+            if many:
+                entry = []
+                for shape, dtype, requires_grad in desc:
+                    var = make_var(None, shape, dtype, requires_grad)
+                    var._pending = tape
+                    env.append(var)
+                    entry.append(var)
+                results.append(entry)
+            else:
+                var = make_var(None, *desc)
+                var._pending = tape
+                env.append(var)
+                results.append(var)
+        op = OpHandle(defn, args, tuple(results), attrs, location, len(ops))
+        ops.append(op)
+        pending.append(op)
+    kind, returns = recipe.returns
+    return kind(
+        None if p is None else env[p] if p.__class__ is int else [env[i] for i in p]
+        for p in returns
+    )
+
+
+def clear():
+    """Forgets every recipe (and every form seen once)."""
+    _RECIPES.clear()
+    _SEEN.clear()
+
+
+__all__ = ["make", "form", "clear", "Recipe", "LIMIT"]
