@@ -22,6 +22,7 @@ At most ``LIMIT`` recipes are kept, least recently used dropped.
 from __future__ import annotations
 
 import collections
+import operator
 
 from tape.op_handle import OpHandle
 from tape.variable import Variable
@@ -33,21 +34,14 @@ _SEEN: collections.OrderedDict = collections.OrderedDict()  # forms seen once (n
 
 class Recipe:
     """What a maker recorded for one form: ``ops`` as (definition, attributes, input places,
-    outputs) -- a place is an index into ``env`` (a tuple of them for a list entry, None for an
+    outputs, a getter of the inputs from ``env`` for an op of one output and Variables in, else
+    None) -- a place is an index into ``env`` (a tuple of them for a list entry, None for an
     absent one), an output None or (False, (shape, dtype, requires_grad)) or, for a list, (True,
     a tuple of those) -- ``consts`` the Variables the maker made, and ``returns`` the type of
     sequence the maker returned with the place of each gradient in it (None where it gave
     none)."""
 
     __slots__ = ("ops", "consts", "returns")
-
-
-def _describe(entry):
-    if entry is None:
-        return None
-    if entry.__class__ is list:
-        return tuple(_describe(v) for v in entry)
-    return (entry.shape, entry.dtype, entry.requires_grad, entry._leaf, entry.persistable)
 
 
 def _flat(entries, into):
@@ -59,23 +53,30 @@ def _flat(entries, into):
     return into
 
 
+def _layout(entries):
+    return tuple(len(e) if e.__class__ is list else e is None for e in entries)
+
+
 def form(op, gouts):
     """The key of ``op``'s form with output gradients ``gouts`` (None: it has none: the
     attributes are not hashable), and the flat ``env`` head it names Variables by."""
-    defn, attrs = op.defn, op.attrs
-    env = _flat(gouts, _flat(op.results, _flat(op.args, [])))
-    first, aliases = {}, []
-    for position, var in enumerate(env):
-        aliases.append(first.setdefault(id(var), position) if var is not None else -1)
-    key = (
-        defn,
-        defn.grad_maker,
-        tuple(attrs.values()),
-        tuple([_describe(e) for e in op.args]),
-        tuple([_describe(e) for e in op.results]),
-        tuple([_describe(e) for e in gouts]),
-        tuple(aliases),
-    )
+    defn, args, results = op.defn, op.args, op.results
+    if defn.fast:  # one output, one Variable per input: the common case
+        env = [*args, results[0], *gouts]
+        layout = len(gouts)
+    else:
+        env = _flat(gouts, _flat(results, _flat(args, [])))
+        layout = (_layout(args), _layout(results), _layout(gouts))
+    descs, ids = [], []
+    for var in env:
+        if var is None:
+            descs.append(None)
+            ids.append(None)
+        else:
+            descs.append((var.shape, var.dtype, var.requires_grad, var._leaf, var.persistable))
+            ids.append(id(var))
+    aliases = None if len(set(ids)) == len(ids) else tuple(map(ids.index, ids))
+    key = (defn, defn.grad_maker, tuple(op.attrs.values()), layout, tuple(descs), aliases)
     try:
         hash(key)
     except TypeError:  # an attribute holding a list or an array
@@ -146,7 +147,11 @@ def _learn(recorded, env, gins, tape):
                 known[id(var)] = size
                 size += 1
             outs.append(_description(entry))
-        recipe.ops.append((op.defn, op.attrs, ins, tuple(outs)))
+        fetch = None
+        if len(outs) == 1 and outs[0] is not None and not outs[0][0] and ins:
+            if all(p.__class__ is int for p in ins):  # one output, Variables in: fetch them
+                fetch = operator.itemgetter(*ins)
+        recipe.ops.append((op.defn, op.attrs, ins, tuple(outs), fetch))
     returns = []
     for g in gins if gins.__class__ in (list, tuple) else ():
         place = _places(g, known) if g is not None else None
@@ -184,7 +189,23 @@ def _replay(recipe, env, tape):
 
     env += recipe.consts
     ops, pending, location, make_var = tape._ops, tape._pending_ops, state.location, Variable._make
-    for defn, attrs, ins, outs in recipe.ops:
+    for defn, attrs, ins, outs, fetch in recipe.ops:
+        if fetch is not None:  # the common case, kept short
+            var = make_var(None, *outs[0][1])
+            var._pending = tape
+            args = fetch(env)
+            env.append(var)
+            op = OpHandle(
+                defn,
+                args if args.__class__ is tuple else (args,),
+                (var,),
+                attrs,
+                location,
+                len(ops),
+            )
+            ops.append(op)
+            pending.append(op)
+            continue
         args = tuple(
             [
                 None if p is None else env[p] if p.__class__ is int else [env[i] for i in p]
