@@ -288,7 +288,7 @@ def _run_locked(tape, targets):
         if missing is None:
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
             entry = None if instrument.checking() else CACHE.get(scan.key)
-            if entry is None and not _compiles(scan.key):
+            if entry is None and not _compiles(scan.key, scan.pending):
                 missing = _interpret(tape, scan)
             else:
                 tape._last_autobatch = tape._last_choice = None
@@ -349,17 +349,21 @@ def _batched_well(tape):
     return calls <= BATCHED_CALLS * ran
 
 
-def _compiles(key):
-    """Whether a run of this structure compiles a plan (analysis, rewrites, a cached plan)
-    instead of being interpreted: from its second sighting on, or always when the options ask
-    for what only plans do (threads, validation, debug output, ``compile=True``)."""
+def _compiles(key, pending):
+    """Whether a run of this structure (its ``pending`` ops) compiles a plan (analysis,
+    rewrites, a cached plan) instead of being interpreted: from its second sighting on, or
+    always when the options ask for what only plans do (threads, validation, debug output,
+    ``compile=True``). A structure that batched well stays interpreted while its runs batch."""
     if options.compile is not None:
         return options.compile
     if (options.threads != "auto" and options.threads > 1) or options.validate or options.debug:
         return True
     if key in _BATCHED and options.autobatch is not None and not options.exact:
-        _BATCHED.move_to_end(key)
-        return False
+        if options.autobatch != "auto" or autobatch_choice.prefers_batching(
+            autobatch_choice.model_key(pending)
+        ):
+            _BATCHED.move_to_end(key)
+            return False
     if key in _SEEN:
         del _SEEN[key]
         return True

@@ -23,7 +23,7 @@ def lazy_tier(request, monkeypatch):
 
     module = sys.modules["tape.lazy"]
     compiled = request.param == "compiled"
-    monkeypatch.setattr(module, "_compiles", lambda key: compiled)
+    monkeypatch.setattr(module, "_compiles", lambda key, pending: compiled)
     return request.param
 
 

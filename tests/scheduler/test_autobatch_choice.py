@@ -1,5 +1,7 @@
 """autobatch="auto": each model's interpreted runs autobatch only where that measured faster."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ import ops
 import tape
 from tape import autobatch_choice, interpret
 from tape.autobatch_choice import MAX_INTERVAL, PROBE
+from tape.passes.plan import CACHE
 
 DIM = 6
 
@@ -145,3 +148,16 @@ def test_auto_is_the_default_and_unknown_choices_are_refused():
     assert tape.lazy().settings[-1] == "auto"
     with pytest.raises(ValueError, match="'auto', True, False"):
         tape.lazy(autobatch="sometimes")
+
+
+def test_a_structure_that_batched_well_is_compiled_once_batching_measures_slower(batching_costs):
+    lazy_module = sys.modules["tape.lazy"]
+    for remembered in (lazy_module._SEEN, lazy_module._BATCHED, CACHE):  # a first sighting
+        remembered.clear()
+    w = tape.Variable(np.ones((DIM, DIM)), requires_grad=True)
+    batching_costs[True] = 2.0
+    with tape.lazy():  # (compile=None: a repeated structure may compile)
+        texts = [_forest_step(w)[1] for _ in range(3)]
+    assert texts[0].startswith("interpreted run, autobatched")  # batched well: kept interpreted
+    assert texts[1].startswith("interpreted run, not autobatched")  # the other mode, measured
+    assert texts[2].startswith("ops kept")  # plain is faster: a compiled plan, as without batching
