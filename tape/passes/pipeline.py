@@ -21,7 +21,17 @@ import typing
 
 import numpy as np
 
-from tape.passes import batch_products, dependencies, fusion, memory_plan, plan, prune
+from tape.passes import (
+    batch_products,
+    broadcast_inputs,
+    dependencies,
+    fusion,
+    memory_plan,
+    plan,
+    prune,
+    rematerialise,
+    sibling_fusion,
+)
 
 DEBUG = os.environ.get("FLUIDTAPE_DEBUG", "") not in ("", "0")
 # Elementwise fusion on (FLUIDTAPE_FUSION=0 switches it off, e.g. to compare).
@@ -91,6 +101,8 @@ def schedule(
             block, deps = rewritten, dependencies.analyse(rewritten)
     if FUSION:
         fused = fusion.rewrite(block, keep, exact)
+        fused = rematerialise.rewrite(broadcast_inputs.rewrite(fused), keep)
+        fused = sibling_fusion.rewrite(fused)
         if fused is not block:
             if debug:
                 _report("fusion", f"{len(block.ops)} ops -> {len(fused.ops)} ops")
