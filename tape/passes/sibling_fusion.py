@@ -49,7 +49,7 @@ def rewrite(block) -> Block:
     for index, op in enumerate(ops):
         if op.type != FUSED:
             continue
-        for earlier in reversed(open_[-WINDOW:]):
+        for earlier in reversed(open_[max(0, len(open_) - WINDOW) :]):
             if _movable(ops, earlier, index, touched, written) and _shares(ops[earlier], op):
                 merged = _merge(ops[earlier], op)
                 if merged is not None:
