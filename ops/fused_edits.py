@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from ops.fused_expression import Expression, flat_refs, is_ref
+from ops.fused_expression import Expression, Step, flat_refs, is_ref
 
 
-def cone(expression, step):
-    """The indices of the steps ``step``'s value depends on, itself included, in order."""
+def cone(expression, step, limit=None):
+    """The indices of the steps ``step``'s value depends on, itself included, in order (with
+    ``limit``: stops once it has more than ``limit`` of them)."""
     needed, stack = {step}, [step]
-    while stack:
+    while stack and (limit is None or len(needed) <= limit):
         for kind, index in flat_refs(expression.steps[stack.pop()].args):
             if kind == "step" and index not in needed:
                 needed.add(index)
@@ -114,7 +115,7 @@ class Builder:
             key = (step.op, step.attrs, args)
             found = self._memo.get(key)
             if found is None:
-                self.steps.append(dataclasses.replace(step, args=args))
+                self.steps.append(Step(step.op, step.attrs, args, step.origin))
                 found = self._memo[key] = ("step", len(self.steps) - 1)
             refs[j] = found
         return refs
@@ -140,20 +141,18 @@ class Builder:
             kind, index = ref
             return ("step", new_step[index]) if kind == "step" else ("in", new_input[index])
 
-        steps = tuple(
-            dataclasses.replace(
-                self.steps[j],
-                args=tuple(
-                    None if arg is None else remap(arg) if is_ref(arg) else tuple(map(remap, arg))
-                    for arg in self.steps[j].args
-                ),
+        steps = []
+        for j in order:
+            step = self.steps[j]
+            args = tuple(
+                None if arg is None else remap(arg) if is_ref(arg) else tuple(map(remap, arg))
+                for arg in step.args
             )
-            for j in order
-        )
+            steps.append(Step(step.op, step.attrs, args, step.origin))
         expression = Expression(
             inputs=tuple(self.descs[i] for i in used),
             shape=self.shape,
-            steps=steps,
+            steps=tuple(steps),
             outputs=tuple(new_step[ref[1]] for ref in outputs),
             reductions=tuple(
                 dataclasses.replace(r, step=new_step[ref[1]]) for ref, r in reductions

@@ -7,6 +7,10 @@ full-size write and a read per reader, where recomputing it from the inputs it c
 few arithmetic steps on values a reader usually streams anyway. As Inductor does for pointwise
 ops, such a value is recomputed inside every group reading it, and no longer materialised, when:
 
+- it has at least ``MIN_BYTES`` (a smaller value stays in the cache between its writer and
+  its readers -- 1 MiB of L2 per core on the machine measured -- where the round trip costs
+  less than recomputing, and the tiny values of a long chain of small ops are not worth the
+  analysis);
 - it is a full output of a ``fused_elementwise`` op (not a reduction) that nobody keeps (fetched,
   held by the user, persistable), and every op reading it is a later ``fused_elementwise`` op of
   the same shape (a value any other op reads stays materialised, as ``fusion`` guarantees);
@@ -23,8 +27,9 @@ Values one reading group needs several times are recomputed once (``ops.fused_ed
 merges identical steps). A group left without outputs is dropped. Recomputation runs the same
 steps on the same inputs with the same kernels, so ``exact`` plans stay bit for bit.
 
-Cost: each reader is rebuilt once per round; a round that finds a reader over a cap removes one
-candidate and starts again (at most one round per candidate, usually one).
+Cost: each reader is rebuilt once per round; a round that finds values over a cap keeps them
+materialised and starts again (a value whose cone is over a cap before any recomputation is
+never a candidate; usually one or two rounds).
 """
 
 from __future__ import annotations
@@ -32,11 +37,14 @@ from __future__ import annotations
 import bisect
 import math
 
+import numpy as np
+
 from ops.fused_edits import Builder, cone, cone_inputs, libm_steps
 from tape.ir import Block, OpDesc, freeze
 from tape.passes import fusion
 from tape.passes.dependencies import written_names
 
+MIN_BYTES = 1 << 20
 MAX_STEPS = 16
 MAX_LIBM = 2
 FUSED = "fused_elementwise"
@@ -57,10 +65,11 @@ def rewrite(block, keep=()) -> Block:
             writers.setdefault(name, []).append(index)
     candidates = _candidates(ops, fused, readers, keep)
     while candidates:
-        built = _build(ops, fused, candidates, writers)
-        if isinstance(built, dict):
+        built, refused = _build(ops, fused, candidates, writers)
+        if not refused:
             return _emit(block, built, candidates)
-        candidates.pop(built)
+        for name in refused:
+            del candidates[name]
     return block
 
 
@@ -70,58 +79,85 @@ def _candidates(ops, fused, readers, keep):
     for index in fused:
         expression = ops[index].attrs["expression"]
         for position, name in enumerate(ops[index].outputs["Out"][: len(expression.outputs)]):
-            if name in keep or expression.step_shapes[expression.outputs[position]] != (
-                expression.shape
-            ):
+            step = expression.outputs[position]
+            if name in keep or _bytes(expression, position) < MIN_BYTES:
+                continue
+            if expression.step_shapes[step] != expression.shape:
                 continue
             users = readers.get(name, ())
-            if users and all(
+            if not users or not all(
                 user > index
                 and ops[user].type == FUSED
                 and ops[user].attrs["expression"].shape == expression.shape
                 for user in users
             ):
-                found[name] = (index, position)
+                continue
+            steps = cone(expression, step, MAX_STEPS)
+            if len(steps) <= MAX_STEPS and libm_steps(expression, steps) <= MAX_LIBM:
+                found[name] = (index, position)  # (recomputing others only adds to a cone)
     return found
 
 
 def _build(ops, fused, candidates, writers):
-    """{op index: (Expression, input names)} for every fused op, readers rebuilt with the
-    candidates recomputed; or the name of a candidate that must stay materialised."""
-    current = {}
+    """(rebuilt, refused): {op index: (Expression, input names)} for every fused op, readers
+    rebuilt with the candidates recomputed, and the set of candidates found to stay
+    materialised (over a cap of their own, or the costliest of a reader over a cap); when that
+    set is not empty, the round is to be run again without them."""
+    current, refused = {}, set()
     for index in fused:
         expression, names = ops[index].attrs["expression"], ops[index].inputs["X"]
         reads = [k for k, name in enumerate(names) if name in candidates]
-        if not reads:
-            current[index] = (expression, names)
-            continue
-        built, substitute, sizes = Builder(expression.shape), {}, {}
-        for k in reads:
-            producer, position = candidates[names[k]]
-            source, source_names = current[producer]
-            step = source.outputs[position]
-            steps = cone(source, step)
-            if len(steps) > MAX_STEPS or libm_steps(source, steps) > MAX_LIBM:
-                return names[k]
-            inputs = [source_names[i] for i in cone_inputs(source, steps)]
-            if any(_written_between(writers, name, producer, index) for name in inputs):
-                return names[k]
-            substitute[k] = built.add(source, source_names, only=steps)[step]
-            sizes[names[k]] = len(steps)
-        refs = built.add(expression, names, substitute)
-        rebuilt = built.finish(
-            [refs[j] for j in expression.outputs],
-            [(refs[r.step], r) for r in expression.reductions],
-            expression.dtypes,
-        )
-        if (
-            len(rebuilt[0].steps) > fusion.MAX_STEPS
-            or len(rebuilt[1]) > fusion.MAX_INPUTS
-            or _full_reads(*rebuilt) > _full_reads(expression, names)
-        ):
-            return max(sizes, key=sizes.get)  # the costliest recomputation stays a buffer
+        while True:
+            rebuilt, sizes = _recompute(ops, current, candidates, writers, index, reads, refused)
+            if sizes and (
+                len(rebuilt[0].steps) > fusion.MAX_STEPS
+                or len(rebuilt[1]) > fusion.MAX_INPUTS
+                or _full_reads(*rebuilt) > _full_reads(expression, names)
+            ):
+                refused.add(max(sizes, key=sizes.get))  # the costliest stays a buffer
+                continue
+            break
         current[index] = rebuilt
-    return current
+    return current, refused
+
+
+def _recompute(ops, current, candidates, writers, index, reads, refused):
+    """Fused op ``index`` rebuilt with its inputs ``reads`` recomputed (those not refused and
+    within the caps: the others are added to ``refused``), and {name: cone size} of those
+    recomputed."""
+    expression, names = ops[index].attrs["expression"], ops[index].inputs["X"]
+    built, substitute, sizes = Builder(expression.shape), {}, {}
+    for k in reads:
+        if names[k] in refused:
+            continue
+        producer, position = candidates[names[k]]
+        source, source_names = current[producer]
+        step = source.outputs[position]
+        steps = cone(source, step, MAX_STEPS)
+        inputs = [source_names[i] for i in cone_inputs(source, steps)]
+        if (
+            len(steps) > MAX_STEPS
+            or libm_steps(source, steps) > MAX_LIBM
+            or any(_written_between(writers, name, producer, index) for name in inputs)
+        ):
+            refused.add(names[k])
+            continue
+        substitute[k] = built.add(source, source_names, only=steps)[step]
+        sizes[names[k]] = len(steps)
+    if not substitute:
+        return (expression, names), sizes
+    refs = built.add(expression, names, substitute)
+    rebuilt = built.finish(
+        [refs[j] for j in expression.outputs],
+        [(refs[r.step], r) for r in expression.reductions],
+        expression.dtypes,
+    )
+    return rebuilt, sizes
+
+
+def _bytes(expression, position):
+    """The size of full output ``position`` at the expression's shape, in bytes."""
+    return math.prod(expression.shape) * np.dtype(expression.dtypes[position]).itemsize
 
 
 def _written_between(writers, name, after, before):
@@ -150,6 +186,9 @@ def _emit(block, current, candidates):
         kept = [p for p, name in enumerate(outs[:n_full]) if name not in candidates]
         if not kept and not expression.reductions:
             continue
+        if len(kept) == n_full and expression is op.attrs["expression"]:
+            out.append(op)  # (unchanged)
+            continue
         built = Builder(expression.shape)
         refs = built.add(expression, names)
         expression, names = built.finish(
@@ -171,4 +210,4 @@ def _emit(block, current, candidates):
     return Block(dict(block.vars), out, block.idx)
 
 
-__all__ = ["rewrite", "MAX_STEPS", "MAX_LIBM"]
+__all__ = ["rewrite", "MIN_BYTES", "MAX_STEPS", "MAX_LIBM"]

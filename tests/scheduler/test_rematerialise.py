@@ -29,6 +29,13 @@ from tape.passes.prune import prune
 FUSED = "fused_elementwise"
 
 
+@pytest.fixture(autouse=True)
+def small_values_recomputed(monkeypatch):
+    """These tests' values are small: recomputed here as a large value would be (the size
+    rule has its own test)."""
+    monkeypatch.setattr(rematerialise, "MIN_BYTES", 0)
+
+
 def _run(build, exact=False, fused=True, monkeypatch=None):
     """(values, plan) of ``build()``'s outputs in a compiled lazy plan."""
     if monkeypatch is not None:
@@ -352,3 +359,18 @@ def test_random_blocks_rewritten_compute_what_the_original_computes(data):
         got = run_reference(rewritten, dict(values))
     for name in sorted(kept | {"w"}):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_values_smaller_than_the_cache_stay_materialised(monkeypatch):
+    """A value under MIN_BYTES round-trips through the cache, cheaper than recomputing it."""
+    block = _block(x=(8, 4), v=(4, 4))
+    block.append_op("tanh", {"X": ["x"]}, {"Out": ["t"]})
+    block.append_op("scale", {"X": ["t"]}, {"Out": ["h"]}, {"scale": 2.0})
+    block.append_op("matmul", {"X": ["x"], "Y": ["v"]}, {"Out": ["m"]})
+    block.append_op("elementwise_mul", {"X": ["h"], "Y": ["m"]}, {"Out": ["p"]})
+    block.append_op("exp", {"X": ["p"]}, {"Out": ["y"]})
+    assert "h" not in _producers(_rewritten(block, keep={"y"}))
+    monkeypatch.setattr(rematerialise, "MIN_BYTES", 8 * 4 * 8 + 1)  # (h: 256 bytes)
+    rewritten = _rewritten(block, keep={"y"})
+    assert "h" in _producers(rewritten)
+    _check_same(block, rewritten, ["y"])
