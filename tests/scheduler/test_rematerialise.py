@@ -348,6 +348,9 @@ def test_random_blocks_rewritten_compute_what_the_original_computes(data):
             )
             continue
         pool.append(name)
+    if len(pool) == 3:  # (only updates were drawn)
+        block.append_op("tanh", {"X": ["w"]}, {"Out": ["last"]})
+        pool.append("last")
     created = pool[3:]
     kept = set(data.draw(st.lists(st.sampled_from(created), max_size=3))) | {created[-1]}
     program = Program([block])
