@@ -16,8 +16,8 @@ ops, such a value is recomputed inside every group reading it, and no longer mat
   the same shape (a value any other op reads stays materialised, as ``fusion`` guarantees);
 - its *cone* -- the steps it depends on inside its group, earlier recomputations included --
   has at most ``MAX_STEPS`` steps, at most ``MAX_LIBM`` of them transcendental (exp, tanh, log,
-  ... or without a generated form: see ``ops.fused_edits.libm_steps``), so a value is never
-  recomputed more than once per reading group, and a group recomputes few costly functions;
+  ... or without a generated form: see ``ops.fused_edits.libm_steps``), so a reading group
+  recomputes few costly functions per value (each once: identical steps merge);
 - the inputs of its cone still hold the same values where each reader runs (nothing writes them
   in between: an optimizer update, an in-place op);
 - every reader stays within ``fusion``'s caps and reads no more full-size buffers than before
