@@ -1,13 +1,16 @@
 """The scheduler's pipeline: which passes run, in which order, and what they report.
 
-    prune -> dependencies -> (batch_products) -> (fusion) -> (dependencies) -> memory_plan
-    -> plan -> (cache) -> execute
+    prune -> dependencies -> (batch_products) -> (fusion -> broadcast_inputs -> rematerialise
+    -> sibling_fusion) -> (dependencies) -> memory_plan -> plan -> (cache) -> execute
 
 Rewrites of the pruned block (batching small products, ``batch_products``; elementwise fusion,
-``fusion``) run when the plan is scheduled, because they must know which variables the caller
-keeps; the dependencies are rebuilt for the rewritten block and everything after it sees the new
-ops like any other. ``exact=True`` skips the rewrites that reassociate sums (fusion then fuses
-only bit-exact elementwise chains, without trailing reductions). With
+``fusion``, then across fused groups: reading broadcast sources, recomputing cheap values in
+their readers, merging sibling groups) run when the plan is scheduled, because they must know
+which variables the caller keeps; the dependencies are rebuilt for the rewritten block and
+everything after it sees the new ops like any other. ``exact=True`` skips the rewrites that
+reassociate sums (fusion then fuses only bit-exact elementwise chains, without trailing
+reductions; recomputing, merging and reading broadcast sources stay: they give the same bits).
+With
 ``debug`` (or the environment variable FLUIDTAPE_DEBUG=1) the IR is verified between passes and
 each pass prints one line of statistics to stderr.
 """
@@ -21,7 +24,17 @@ import typing
 
 import numpy as np
 
-from tape.passes import batch_products, dependencies, fusion, memory_plan, plan, prune
+from tape.passes import (
+    batch_products,
+    broadcast_inputs,
+    dependencies,
+    fusion,
+    memory_plan,
+    plan,
+    prune,
+    rematerialise,
+    sibling_fusion,
+)
 
 DEBUG = os.environ.get("FLUIDTAPE_DEBUG", "") not in ("", "0")
 # Elementwise fusion on (FLUIDTAPE_FUSION=0 switches it off, e.g. to compare).
@@ -91,6 +104,8 @@ def schedule(
             block, deps = rewritten, dependencies.analyse(rewritten)
     if FUSION:
         fused = fusion.rewrite(block, keep, exact)
+        fused = rematerialise.rewrite(broadcast_inputs.rewrite(fused), keep)
+        fused = sibling_fusion.rewrite(fused)
         if fused is not block:
             if debug:
                 _report("fusion", f"{len(block.ops)} ops -> {len(fused.ops)} ops")
@@ -177,11 +192,17 @@ def explain(compiled, cache=None) -> str:
         lines.append(f"  {var}: used by {', '.join(before)}; {where}")
     if rewritten(compiled):
         lines.append(f"rewrites: {len(pruned.ops)} ops -> {len(block.ops)} instructions")
+        seen = set()  # ops already computed by an earlier fused kernel: recomputed here
         for op in block.ops:
             if op.type == "fused_elementwise":
                 steps = op.attrs["expression"].steps
-                origin = ", ".join(step.origin[1] for step in steps)
-                lines.append(f"  {op.name}: fused {len(steps)} ops ({origin})")
+                names = [step.origin[1] for step in steps]
+                origin = ", ".join(n for n in names if n not in seen)
+                again = [n for n in names if n in seen]
+                lines.append(f"  {op.name}: fused {len(steps) - len(again)} ops ({origin})")
+                if again:
+                    lines.append(f"    recomputing {len(again)} ({', '.join(again)})")
+                seen.update(names)
             elif "/batched_" in (op.name or ""):
                 lines.append(f"  {op.name}: batched {op.type}")
     if cache is not None:
