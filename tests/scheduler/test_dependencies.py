@@ -91,3 +91,28 @@ def test_seed_training_program_reduced_dag():
     assert deps.successors[14] == (15,)
     assert deps.successors[6] == (16,)
     assert sum(count == 0 for count in deps.dependency_count) == 3  # two feeds, fill_constant
+
+
+def test_a_wide_op_keeps_its_edges_unreduced_instead_of_a_search_per_pair(monkeypatch):
+    from tape.passes import dependencies
+
+    wide = dependencies.FAN_IN + 1
+    names = [f"t{i}" for i in range(wide)]
+    chain = [("tanh", {"X": ["a"]}, {"Out": ["t0"]}, {})] + [
+        ("tanh", {"X": [names[i - 1]]}, {"Out": [names[i]]}, {}) for i in range(1, wide)
+    ]
+    block = _block(*chain, ("sum", {"X": names}, {"Out": ["s"]}, {}), variables=["a", *names])
+    searches = []
+    happens_before = dependencies.Dependencies.happens_before
+
+    def counted(self, a, b, horizon=None):
+        searches.append((a, b))
+        return happens_before(self, a, b, horizon)
+
+    monkeypatch.setattr(dependencies.Dependencies, "happens_before", counted)
+    deps = analyse(block)
+    assert deps.dependency_count[-1] == wide  # every edge into the sum kept (a valid schedule)
+    assert all(b != len(chain) for _, b in searches)  # no search for the sum's predecessor pairs
+    assert len(searches) <= 2 * len(chain)  # the chain's own edges: one check each
+    narrow = _block(*chain[:4], ("sum", {"X": names[:4]}, {"Out": ["s"]}, {}))
+    assert analyse(narrow).dependency_count[-1] == 1  # below the cap: reduced to t3 -> s
