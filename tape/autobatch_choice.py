@@ -11,11 +11,12 @@ So ``tape.lazy(autobatch="auto")``, the default, measures instead of guessing. P
 first parameter its run reads stands for the model), the first interpreted run autobatches
 and the second does not; from then on each run takes the mode whose cost per pending op (an
 exponential moving average of the interpreted run's time, ``WEIGHT`` on the newest run) is
-lower. The other mode is probed again after ``PROBE`` runs (its estimate replaced by the
-probe's time, as the old one is stale); each probe it loses doubles that interval (up to
-``MAX_INTERVAL``), so a settled choice costs at most one run in ``MAX_INTERVAL`` in the slower
-mode, and a probe that wins switches the choice and resets the interval. ``autobatch=True``
-(or a heuristic's name) always batches, ``False`` never does.
+lower, batching only where it costs at most ``MARGIN`` of the other. The other mode is probed
+again after ``PROBE`` runs (its estimate replaced by the probe's time, as the old one is
+stale); each probe it loses doubles that interval (up to ``MAX_INTERVAL``), so a settled
+choice costs at most one run in ``MAX_INTERVAL`` in the slower mode, and a probe that wins
+switches the choice and resets the interval. ``autobatch=True`` (or a heuristic's name) always
+batches, ``False`` never does.
 
 Costs are per process and in memory only (``reset()`` forgets them); at most ``LIMIT`` models
 are remembered, least recently used dropped.
@@ -29,6 +30,10 @@ import time
 from tape.variable import Variable
 
 PROBE = 8
+# Batching must cost at most this share of running one op at a time: where the two are close
+# (the Tree RNN's 64-wide vectors), a step's noise (+-30% here) would flip the choice back and
+# forth, and not batching is what the user would otherwise get.
+MARGIN = 0.9
 MAX_INTERVAL = 128
 WEIGHT = 0.3
 LIMIT = 64
@@ -50,7 +55,7 @@ class _Costs:
         self.runs, self.next_probe, self.interval, self.probing = 0, PROBE, PROBE, False
 
     def faster_batched(self):
-        return self.batched <= self.plain
+        return self.batched <= MARGIN * self.plain
 
 
 _MODELS: collections.OrderedDict = collections.OrderedDict()

@@ -161,3 +161,13 @@ def test_a_structure_that_batched_well_is_compiled_once_batching_measures_slower
     assert texts[0].startswith("interpreted run, autobatched")  # batched well: kept interpreted
     assert texts[1].startswith("interpreted run, not autobatched")  # the other mode, measured
     assert texts[2].startswith("ops kept")  # plain is faster: a compiled plan, as without batching
+
+
+def test_batching_must_win_clearly_as_not_batching_is_the_baseline():
+    close = autobatch_choice.MARGIN + (1 - autobatch_choice.MARGIN) / 2  # a little cheaper
+    _settle("m", batched_cost=close, plain_cost=1.0)
+    assert _modes("m", PROBE - 1, close, 1.0) == [False] * (PROBE - 1)
+    autobatch_choice.reset()
+    clear = autobatch_choice.MARGIN / 2
+    _settle("m", batched_cost=clear, plain_cost=1.0)
+    assert _modes("m", PROBE - 1, clear, 1.0) == [True] * (PROBE - 1)
