@@ -24,28 +24,37 @@ from tape.ir import _freeze_value
 from tape.variable import Variable
 
 # Interned op and variable descriptions -> ids. Ids are never reused (a counter, not the table's
-# size), so clearing the tables when they grow large can only cause cache misses, never a
-# wrong hit. The limit holds the forms of a few dozen tapes of a few thousand ops (a tape whose
-# structure changes every step adds its ops' forms each step); see _trim.
+# size), so forgetting a description can only cause cache misses, never a wrong hit. The tables
+# keep two generations: when the current one grows past the limit it becomes the old one and a
+# new one starts, and a description found only in the old one moves to the new one with its
+# id. So the forms a repeated structure uses keep their ids (its cached plan stays reachable)
+# while a tape whose structure changes every step adds new forms each step; see _trim.
 _IDS = itertools.count()
 _OPS, _SIGNATURES = {}, {}
+_OLD_OPS, _OLD_SIGNATURES = {}, {}
 _LIMIT = 1 << 16
 
 
 def intern(table, key):
     found = table.get(key)
     if found is None:
-        found = table[key] = next(_IDS)
+        old = _OLD_OPS if table is _OPS else _OLD_SIGNATURES
+        found = old.get(key)
+        if found is None:
+            found = next(_IDS)
+        table[key] = found
     return found
 
 
 def _trim(ops):
-    """Empties the tables before a scan when they hold far more than a tape of ``ops`` ops needs
-    (never during one: a tape larger than the limit would then never hit the cache)."""
+    """Starts a new generation of a table before a scan when it holds far more than a tape of
+    ``ops`` ops needs (never during one: a tape larger than the limit would then never hit the
+    cache); the old generation is dropped."""
+    global _OPS, _OLD_OPS, _SIGNATURES, _OLD_SIGNATURES
     if len(_OPS) > max(_LIMIT, 4 * ops):
-        _OPS.clear()
+        _OLD_OPS, _OPS = _OPS, {}
     if len(_SIGNATURES) > _LIMIT:
-        _SIGNATURES.clear()
+        _OLD_SIGNATURES, _SIGNATURES = _SIGNATURES, {}
 
 
 def signature(var):
