@@ -21,15 +21,15 @@ At most ``LIMIT`` recipes are kept, least recently used dropped.
 
 from __future__ import annotations
 
-import collections
 import operator
 
 from tape.op_handle import OpHandle
+from tape.remembered import Remembered
 from tape.variable import Variable
 
 LIMIT = 4096
-_RECIPES: collections.OrderedDict = collections.OrderedDict()
-_SEEN: collections.OrderedDict = collections.OrderedDict()  # forms seen once (not learnt)
+_RECIPES = Remembered(LIMIT)
+_SEEN = Remembered(LIMIT)  # forms seen once (not learnt)
 
 
 class Recipe:
@@ -91,16 +91,11 @@ def make(op, gouts, tape, run_maker):
     key, env = form(op, gouts)
     if key is None:
         return run_maker()
-    recipe = _RECIPES.get(key)
+    recipe = _RECIPES.get_recent(key)
     if recipe is not None:
-        _RECIPES.move_to_end(key)
         return _replay(recipe, env, tape)
-    if key not in _SEEN:
-        _SEEN[key] = None
-        if len(_SEEN) > LIMIT:
-            _SEEN.popitem(last=False)
+    if not _SEEN.seen_before(key):
         return run_maker()
-    del _SEEN[key]
     ops, pending = tape._ops, tape._pending_ops
     first_op, first_pending = len(ops), len(pending)
     gins = run_maker()
@@ -108,9 +103,7 @@ def make(op, gouts, tape, run_maker):
     if pending[first_pending:] == recorded:  # (else a run happened meanwhile)
         recipe = _learn(recorded, env, gins, tape)
         if recipe is not None:
-            _RECIPES[key] = recipe
-            if len(_RECIPES) > LIMIT:
-                _RECIPES.popitem(last=False)
+            _RECIPES.put(key, recipe)
     return gins
 
 

@@ -35,6 +35,7 @@ from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.autobatch import HEURISTICS
 from tape.passes.plan import CACHE, stand_ins
+from tape.remembered import Remembered
 from tape.trace import Trace, compile_trace, effectful, held_among
 from tape.transaction import uninterrupted
 from tape.variable import Failed, owner
@@ -326,17 +327,14 @@ def _interpret(tape, scan):
     else:
         tape._last_choice = None
     if batching is not None and _batched_well(tape):
-        _BATCHED[scan.key] = None
-        if len(_BATCHED) > _SEEN_LIMIT:
-            _BATCHED.popitem(last=False)
+        _BATCHED.put(scan.key)
     return None
 
 
-_SEEN = collections.OrderedDict()  # structures run once (interpreted), least recent first
-_SEEN_LIMIT = 256
+_SEEN = Remembered(256)  # structures run once (interpreted), least recent first
 # Structures whose interpreted run autobatched well: they stay interpreted (with autobatching)
 # instead of compiled, as a plan runs one op at a time.
-_BATCHED = collections.OrderedDict()
+_BATCHED = Remembered(256)
 # An autobatched run "batched well" when it made at most this share of one kernel call per op
 # (a Tree-LSTM or tagger step: 0.1-0.2). An unrolled LSTM batches only its input products
 # (0.66): its compiled plan (fusion, no per-op dispatch) stays the faster choice.
@@ -364,13 +362,7 @@ def _compiles(key, pending):
         ):
             _BATCHED.move_to_end(key)
             return False
-    if key in _SEEN:
-        del _SEEN[key]
-        return True
-    _SEEN[key] = None
-    if len(_SEEN) > _SEEN_LIMIT:
-        _SEEN.popitem(last=False)
-    return False
+    return _SEEN.seen_before(key)
 
 
 def _gradients(tape, targets):

@@ -23,24 +23,22 @@ gradient, ``create_graph`` and ``tape.grad``'s wanted inputs always scan.
 
 from __future__ import annotations
 
-import collections
 import operator
 import weakref
 
 from tape.errors import user_location
 from tape.op_handle import OpHandle
+from tape.remembered import Remembered
 from tape.structure import numbered
 from tape.trace import module_of
 from tape.variable import Variable
 
-_TEMPLATES = collections.OrderedDict()
-_LIMIT = 64  # templates kept (least recently used dropped): a few models' steps
+_TEMPLATES = Remembered(64)  # templates kept (least recently used dropped): a few models' steps
 # Structures whose backward ran once, without learning: a template is learnt on a structure's
 # second sighting, as plans are compiled (``tape.lazy``). Learning costs about as much as the
 # scan itself (~20% of a first-sighting step of a per-example tree model), wasted on a graph
 # that follows the data and never repeats.
-_SEEN = collections.OrderedDict()
-_SEEN_LIMIT = 256
+_SEEN = Remembered(256)
 
 
 class Template:
@@ -88,23 +86,16 @@ def gradients(tape, loss, retain_graph, scan):
         bool(retain_graph),
         module_of(variables),
     )
-    template = _TEMPLATES.get(key)
+    template = _TEMPLATES.get_recent(key)
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
-        _TEMPLATES.move_to_end(key)
         return _replay(tape, numbering, variables, template)
-    if key not in _SEEN:
-        _SEEN[key] = None
-        if len(_SEEN) > _SEEN_LIMIT:
-            _SEEN.popitem(last=False)
+    if not _SEEN.seen_before(key):
         return scan()
-    del _SEEN[key]
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
     leaves = scan()
     template = _learn(tape, numbering, variables, before, leaves)
     if template is not None:
-        _TEMPLATES[key] = template
-        if len(_TEMPLATES) > _LIMIT:
-            _TEMPLATES.popitem(last=False)
+        _TEMPLATES.put(key, template)
     return leaves
 
 
