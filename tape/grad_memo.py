@@ -25,6 +25,7 @@ import operator
 
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
+from tape.replay import _entry, append_fetched
 from tape.variable import Variable
 
 LIMIT = 4096
@@ -181,30 +182,12 @@ def _replay(recipe, env, tape):
     from tape.tape import state
 
     env += recipe.consts
-    ops, pending, location, make_var = tape._ops, tape._pending_ops, state.location, Variable._make
+    ops, location, make_var, start = tape._ops, state.location, Variable._make, len(tape._ops)
     for defn, attrs, ins, outs, fetch in recipe.ops:
         if fetch is not None:  # the common case, kept short
-            var = make_var(None, *outs[0][1])
-            var._pending = tape
-            args = fetch(env)
-            env.append(var)
-            op = OpHandle(
-                defn,
-                args if args.__class__ is tuple else (args,),
-                (var,),
-                attrs,
-                location,
-                len(ops),
-            )
-            ops.append(op)
-            pending.append(op)
+            append_fetched(ops, defn, attrs, fetch, env, outs[0][1], location, tape)
             continue
-        args = tuple(
-            [
-                None if p is None else env[p] if p.__class__ is int else [env[i] for i in p]
-                for p in ins
-            ]
-        )
+        args = tuple([_entry(env, p) for p in ins])
         results = []
         for out in outs:
             if out is None:
@@ -224,14 +207,10 @@ def _replay(recipe, env, tape):
                 var._pending = tape
                 env.append(var)
                 results.append(var)
-        op = OpHandle(defn, args, tuple(results), attrs, location, len(ops))
-        ops.append(op)
-        pending.append(op)
+        ops.append(OpHandle(defn, args, tuple(results), attrs, location, len(ops)))
+    tape._pending_ops += ops[start:]
     kind, returns = recipe.returns
-    return kind(
-        None if p is None else env[p] if p.__class__ is int else [env[i] for i in p]
-        for p in returns
-    )
+    return kind(_entry(env, p) for p in returns)
 
 
 def clear():

@@ -103,23 +103,10 @@ def _replay(tape, numbering, variables, template):
     """Appends the template's gradient ops to ``tape`` (pending) and to its numbering."""
     ops, location = tape._ops, user_location()
     slots, first_new, start = list(variables), len(variables), len(ops)
-    make, append, news = Variable._make, slots.append, iter(template.news)
+    append, news = slots.append, iter(template.news)
     for defn, attrs, ins, outs, consts, fetch in template.ops:
         if fetch is not None:  # one new output, one variable per input: the common case
-            var = make(None, *next(news))
-            var._pending = tape
-            args = fetch(slots)
-            append(var)
-            ops.append(
-                OpHandle(
-                    defn,
-                    args if args.__class__ is tuple else (args,),
-                    (var,),
-                    attrs,
-                    location,
-                    len(ops),
-                )
-            )
+            append_fetched(ops, defn, attrs, fetch, slots, next(news), location, tape)
         else:
             for const in consts:
                 append(const)
@@ -132,6 +119,21 @@ def _replay(tape, numbering, variables, template):
     for slot in template.released:
         variables[slot]._released = True
     return {id(slots[leaf]): (slots[leaf], slots[grad]) for leaf, grad in template.leaves}
+
+
+def append_fetched(ops, defn, attrs, fetch, slots, desc, location, tape):
+    """Appends to ``ops`` an op of one new pending output described by ``desc`` (shape, dtype,
+    requires_grad) whose inputs ``fetch(slots)`` gives; the output joins ``slots``. The common
+    case of replaying recorded gradient ops (here and ``tape.grad_memo``)."""
+    var = Variable._make(None, *desc)
+    var._pending = tape
+    args = fetch(slots)
+    slots.append(var)
+    ops.append(
+        OpHandle(
+            defn, args if args.__class__ is tuple else (args,), (var,), attrs, location, len(ops)
+        )
+    )
 
 
 def _entry(slots, entry):
