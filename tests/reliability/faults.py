@@ -25,7 +25,11 @@ class Injector:
         self.calls += 1
         if self.calls == self.at:
             self.fired = True
-            raise self.error() if isinstance(self.error, type) else self.error
+            # A fresh exception each time: raising one instance again would chain every earlier
+            # traceback (and the frames, tapes and Variables they hold) onto it.
+            if isinstance(self.error, type):
+                raise self.error()
+            raise type(self.error)(*self.error.args)
 
 
 @contextlib.contextmanager
