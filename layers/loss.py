@@ -34,14 +34,18 @@ class _Loss(Function):
 
     def _reduce(self, loss, valid=None):
         """``loss`` reduced; for "mean" with ``valid`` (a 0/1 mask or per-element weights),
-        divided by its sum."""
+        divided by its sum, or by ``valid`` itself when it is that sum already (an int). A 0-d
+        loss (one example's) is its own sum and mean: no op is recorded for them."""
         if self.reduction == "none":
             return loss
-        total = _op("reduce_sum")(loss)
+        scalar = len(loss.shape) == 0
+        total = loss if scalar else _op("reduce_sum")(loss)
         if self.reduction == "sum":
             return total
         if valid is None:
-            return _op("mean")(loss)
+            return loss if scalar else _op("mean")(loss)
+        if valid.__class__ is int:
+            return total if valid == 1 else total / Variable(np.asarray(valid, total.dtype))
         return total / _op("reduce_sum")(valid)
 
     def _denominator(self, target, weight, dtype):
@@ -49,9 +53,9 @@ class _Loss(Function):
         not ``ignore_index``, else 0; "mean" divides by its sum (PyTorch's rule)."""
         if self.reduction != "mean":
             return None
-        valid = _valid(target, self.ignore_index, dtype)
         if weight is None:
-            return valid
+            return _valid_count(target, self.ignore_index, dtype)
+        valid = _valid(target, self.ignore_index, dtype)
         zero = Variable(np.zeros((), target.dtype))
         safe = _op("where")(_op("equal")(target, self.ignore_index), zero, target)
         return _op("gather")(weight, safe, axis=0) * valid
@@ -95,6 +99,19 @@ def _signed(target):
 def _valid(target, ignore_index, dtype):
     """1.0 where the target is not ``ignore_index``, else 0.0 (a constant: no gradient)."""
     return _op("cast")(_op("not_equal")(target, ignore_index), out_dtype=dtype)
+
+
+def _valid_count(target, ignore_index, dtype):
+    """What "mean" divides by: the number of targets that are not ``ignore_index``, as an int
+    when the targets are a host array known now (a constant: counting records no op, which
+    for a loss per example is most of its ops), else ``_valid``'s mask (targets still to be
+    computed by lazy mode, or on a device; also when all are ignored, for PyTorch's nan)."""
+    value = target._value
+    if value.__class__ is np.ndarray and target._pending is None and not target.requires_grad:
+        count = int(np.count_nonzero(value != ignore_index))
+        if count:
+            return count
+    return _valid(target, ignore_index, dtype)
 
 
 def _class_axis(logits):
@@ -180,7 +197,7 @@ class CrossEntropyLoss(_Loss):
             loss = _op("reshape")(nll, shape=target.shape)  # drop the size-1 class axis
             valid = None
             if self.reduction == "mean":
-                valid = _valid(target, self.ignore_index, input.dtype)
+                valid = _valid_count(target, self.ignore_index, input.dtype)
             return self._reduce(loss, valid)
         log_probs = _op("log_softmax")(input, axis=axis)
         weight = _weight_like(self.weight, input)

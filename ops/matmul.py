@@ -1,4 +1,5 @@
-"""Matrix products: the seed's ``mul`` (2-D product after flattening) and batched ``matmul``."""
+"""Matrix products: the seed's ``mul`` (2-D product after flattening), batched ``matmul`` and the
+``outer`` product of two vectors."""
 
 from __future__ import annotations
 
@@ -217,9 +218,7 @@ def _(g):
 def _vector_matrix_gradient(g, x, y, gout, tx, ty, x_vec):
     """The gradients of ``x @ op(W)`` or ``op(W) @ y`` for a vector and a 2-D ``W`` (a layer
     applied to one example): the vector's is one vector-matrix product and the matrix's one
-    outer product, four ops where the general rule records five."""
-    from ops.shape import unsqueeze
-
+    ``outer`` op, two ops where the general rule records five."""
     vector, matrix = (x, y) if x_vec else (y, x)
     flipped = ty if x_vec else tx  # whether op(W) transposes the stored matrix
     # d vector = gout contracted with op(W) over op(W)'s output axis
@@ -231,9 +230,39 @@ def _vector_matrix_gradient(g, x, y, gout, tx, ty, x_vec):
         # d op(W) = outer(x, gout) for x @ op(W), outer(gout, y) for op(W) @ y; d W is that,
         # transposed back when op transposes
         first, second = (vector, gout) if x_vec != flipped else (gout, vector)
-        gw = apply(
-            matmul,
-            (unsqueeze(first, axes=[0]), unsqueeze(second, axes=[0])),
-            {"transpose_x": True, "transpose_y": False},
-        )
+        gw = apply(outer, (first, second), {})
     return (gv, gw) if x_vec else (gw, gv)
+
+
+def _infer_outer(attrs, x, y):
+    if len(x.shape) != 1 or len(y.shape) != 1:
+        raise ShapeError(
+            None,
+            "both inputs must be vectors (1-D)",
+            expected="X.shape == (m,) and Y.shape == (n,)",
+            actual=f"X.shape={tuple(x.shape)}, Y.shape={tuple(y.shape)}",
+            hint="for matrices use matmul, or reshape them to vectors first",
+        )
+    return (x.shape[0], y.shape[0]), result_dtype(x, y)
+
+
+@register("outer", inputs=("X", "Y"), infer=_infer_outer, batch=batching.ROWS)
+def outer(xp, attrs, x, y):
+    """Out[i, j] = X[i] * Y[j] for vectors X (m,) and Y (n,) (torch.outer, numpy.outer).
+
+    dX = dOut @ Y and dY = dOut^T @ X: one product each. It is the weight gradient of a layer
+    applied to one example (``_vector_matrix_gradient``), one op where unsqueezing both vectors
+    into a 1-deep product took three. The kernel broadcasts over leading axes (each element is
+    one multiply, as in BLAS, so results are bit-identical to ``X[:, None] @ Y[None, :]``), which
+    is how autobatching runs a group: stacked vectors (n, m) and (n, k) give (n, m, k).
+    """
+    return x[..., :, None] * y[..., None, :]
+
+
+@outer.gradient
+def _(g):
+    x, y = g.inputs
+    (gout,) = g.gouts
+    gx = apply(matmul, (gout, y), matmul.defaults) if g.needs(0) else None
+    gy = apply(matmul, (x, gout), matmul.defaults) if g.needs(1) else None
+    return gx, gy

@@ -38,6 +38,13 @@ def _(g):
     g.node("MatMul", [x, y], g.y())
 
 
+@onnx("outer")
+def _(g):  # X[:, None] * Y[None, :]
+    x = g.node("Unsqueeze", [out_input(g, "X"), g.const([1])])
+    y = g.node("Unsqueeze", [out_input(g, "Y"), g.const([0])])
+    g.node("Mul", [x, y], g.y())
+
+
 @onnx("mul")
 def _(g):  # X flattened to 2-D at x_num_col_dims, Y at y_num_col_dims, multiplied, unflattened
     a = g.attrs

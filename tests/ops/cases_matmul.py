@@ -1,5 +1,5 @@
-"""Cases for matmul (transpose flags, broadcast batches, 1-D operands, size-0 dims) and the
-``mul`` forms cases_core.py leaves out; every case checks double gradients."""
+"""Cases for matmul (transpose flags, broadcast batches, 1-D operands, size-0 dims), outer and
+the ``mul`` forms cases_core.py leaves out; every case checks double gradients."""
 
 import numpy as np
 
@@ -78,4 +78,17 @@ MUL = [
     OpCase("mul", {"X": (2, 0), "Y": (0, 3)}, reference=_mul, double_grad=True, name="size0_inner"),
 ]
 
-CASES = TRANSPOSES + BATCHED + VECTORS + EMPTY + MUL
+
+def _outer_case(m, n, name):
+    return OpCase("outer", {"X": (m,), "Y": (n,)}, reference=np.outer, double_grad=True, name=name)
+
+
+OUTER = [
+    _outer_case(3, 4, ""),
+    _outer_case(1, 5, "size1_x"),
+    _outer_case(4, 1, "size1_y"),
+    _outer_case(0, 3, "size0_x"),
+    _outer_case(3, 0, "size0_y"),
+]
+
+CASES = TRANSPOSES + BATCHED + VECTORS + EMPTY + MUL + OUTER

@@ -435,6 +435,12 @@ def test_matmul_rule_refuses_a_dot_of_two_per_example_vectors():
     assert not batching.MATMUL.accepts(attrs, [(3,), (3,)], [True, True])
 
 
+def test_outer_rule_stacks_vectors_per_example_or_shared():
+    _members_equal("outer", [(_r(3), _r(5)) for _ in range(4)], (None, None))
+    _members_equal("outer", [(_r(3), None) for _ in range(4)], (None, _r(5)))
+    _members_equal("outer", [(None, _r(5)) for _ in range(4)], (_r(3), None))
+
+
 @pytest.mark.parametrize(
     "attrs", [{}, {"axis": [0]}, {"axis": [-1], "keepdim": True}, {"axis": [0, 1]}]
 )
