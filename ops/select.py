@@ -1,5 +1,6 @@
 """Selection ops: slice (basic indexing), gather (integer-array indexing) and where, with their
-gradient ops (slice_grad writes back into zeros; gather_grad scatter-adds repeated indices)."""
+gradient ops (slice_grad writes back into zeros, slices_grad all slices of one X at once;
+gather_grad scatter-adds repeated indices)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import builtins
 import numpy as np
 
 from ops import batching
-from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, result_dtype
+from ops.infer import broadcast_shapes, normalize_axes, normalize_axis, promoted, result_dtype
 from ops.registry import Attr, register
 from ops.xp import scatter_add
 from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
@@ -125,6 +126,78 @@ def slice_grad(xp, attrs, x, gout):
 @slice_grad.gradient
 def _(g):
     return None, apply(slice, (g.gouts[0],), g.attrs)
+
+
+def piece_attrs(attrs, k):
+    """The slice attributes of piece ``k`` of a ``slices_grad`` (its starts, ends and strides
+    are those of every piece, one after the other)."""
+    n = len(attrs["axes"])
+    strides = attrs["strides"]
+    return {
+        "axes": attrs["axes"],
+        "starts": attrs["starts"][k * n : (k + 1) * n],
+        "ends": attrs["ends"][k * n : (k + 1) * n],
+        "strides": strides[k * n : (k + 1) * n] if strides else (),
+        "decrease_axis": attrs["decrease_axis"],
+    }
+
+
+def _infer_slices_grad(attrs, x, gouts):
+    n, count = len(attrs["axes"]), len(gouts)
+    sizes = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or attrs["starts"])}
+    if not count or sizes != {n * count}:
+        raise AttrError(
+            None,
+            "'starts', 'ends' and 'strides' must hold one slice per Out@GRAD",
+            expected=f"{n} values per Out@GRAD ({count} of them) in each",
+            actual=f"starts={attrs['starts']}, ends={attrs['ends']}, strides={attrs['strides']}",
+        )
+    for k, gout in enumerate(gouts):
+        shape, _ = _infer_slice(piece_attrs(attrs, k), x)
+        if tuple(gout.shape) != shape:
+            raise ShapeError(
+                None,
+                f"Out@GRAD[{k}] does not have its slice's shape",
+                expected=f"{shape} (slice {k} of X.shape={x.shape})",
+                actual=str(gout.shape),
+            )
+    return x.shape, promoted(x, *gouts)
+
+
+@register(
+    "slices_grad",
+    inputs=("X", "Out@GRAD*"),
+    attrs=_SLICE_ATTRS,
+    infer=_infer_slices_grad,
+    no_need_buffer=("X",),
+)
+def slices_grad(xp, attrs, x, gouts):
+    """Out = zeros of X's shape with each Out@GRAD[k] added into slice k of X (X's values are
+    unused): the gradient of X read by several slices (an LSTM's gates cut from one product),
+    one op and one buffer where one ``slice_grad`` each and their ``sum`` took k + 1 of each.
+    Equal bit for bit to that sum; a single slice is written as ``slice_grad`` writes it.
+
+    d(Out@GRAD[k]) = slice k of dOut; X gets no gradient.
+    """
+    out = xp.zeros(x.shape, dtype=np.result_type(x.dtype, *[g.dtype for g in gouts]))
+    axes, starts, ends, strides = attrs["axes"], attrs["starts"], attrs["ends"], attrs["strides"]
+    ndim, n = len(x.shape), len(axes)
+    for k, gout in enumerate(gouts):
+        index = [builtins.slice(None)] * ndim
+        for j, axis in enumerate(axes, k * n):
+            index[axis % ndim] = builtins.slice(starts[j], ends[j], strides[j] if strides else 1)
+        window = out[(*index, Ellipsis)]
+        if len(gouts) == 1:
+            window[...] = gout.reshape(window.shape)
+        else:
+            window += gout.reshape(window.shape)  # (0 + g: the sum's rounding of -0.0 too)
+    return out
+
+
+@slices_grad.gradient
+def _(g):
+    (gout,), count = g.gouts, len(g.inputs[1])
+    return None, [apply(slice, (gout,), piece_attrs(g.attrs, k)) for k in range(count)]
 
 
 def _infer_gather(attrs, x, index):

@@ -19,7 +19,7 @@ import numpy as np
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape import backward_faults, collector, grad_memo, guard, instrument, replay, stale
-from tape.errors import GraphError, InputError, user_location
+from tape.errors import ExecutionError, FluidError, GraphError, InputError, user_location
 from tape.guard import SHARED
 from tape.tape import apply, state
 from tape.variable import Variable, owner
@@ -317,7 +317,13 @@ def _pop(var, pending, wanted, taken):
 def _run_grad_maker(op, gouts, pending, memo=None):
     """Runs ``op``'s gradient maker (or replays its recipe on the lazy tape ``memo``:
     ``tape.grad_memo``) and adds its gradients to ``pending``. An error while adding is marked
-    ``partial_sum`` (some inputs may have their share already)."""
+    ``partial_sum`` (some inputs may have their share already). A slice's gradient is kept as
+    a piece (``_Slices``) until its input's gradient is complete."""
+    if op.defn.type == "slice" and instrument.ACTIVE is None:
+        x = op.args[0]
+        if x.requires_grad:
+            _accumulate_slice(op.attrs, gouts[0], x, pending)
+        return
     try:
         if memo is not None and instrument.ACTIVE is None and not SHARED:
             gins = grad_memo.make(
@@ -369,7 +375,10 @@ def _accumulate(g, var, pending):
     item = pending.get(id(var))
     if item is None:
         pending[id(var)] = [var, g]
-    elif state.trusted:
+        return
+    if item[1].__class__ is _Slices:  # a gradient other than slices': the pieces join as one
+        item[1] = item[1].total(var)
+    if state.trusted:
         _add_in_place(item, g)
     else:
         # Recorded gradients are summed in batches by one 'sum' op: fewer ops than pairwise
@@ -399,9 +408,82 @@ def _add_in_place(item, g):
 
 def _total(item):
     """The summed gradient of a pending entry [var, g, more gradients... | _OWNED]."""
+    if item[1].__class__ is _Slices:
+        item[1] = item[1].total(item[0])
     if len(item) > 2 and item[2] is not _OWNED:
         item[1:] = [REGISTRY["sum"](item[1:])]
     return item[1]
+
+
+def _accumulate_slice(attrs, g, x, pending):
+    """Adds the gradient ``g`` of the slice ``attrs`` of ``x`` to ``pending``: as a piece of
+    the pending ``_Slices`` of ``x`` while every gradient reaching ``x`` so far is a slice's
+    (of the same axes), else as a dense gradient."""
+    item = pending.get(id(x))
+    if item is None:
+        pending[id(x)] = [x, _Slices(attrs, g)]
+    elif len(item) == 2 and item[1].__class__ is _Slices and item[1].joins(attrs):
+        item[1].add(attrs, g)
+    else:
+        try:
+            _accumulate(_Slices(attrs, g).total(x), x, pending)
+        except BaseException as err:
+            err.partial_sum = True
+            raise
+
+
+class _Slices:
+    """The gradients of slices of one Variable (an LSTM's gates cut from one product), kept
+    until its gradient is complete and then made by one op: ``slices_grad``, one buffer where
+    a ``slice_grad`` per slice and their ``sum`` took k + 1 ops and buffers (the same values:
+    see the op). One slice alone is the ``slice_grad`` it always was."""
+
+    __slots__ = ("axes", "decrease_axis", "strided", "attrs", "gouts")
+
+    def __init__(self, attrs, g):
+        self.axes, self.decrease_axis = attrs["axes"], attrs["decrease_axis"]
+        self.strided = bool(attrs["strides"])
+        self.attrs, self.gouts = [attrs], [g]
+
+    def joins(self, attrs):
+        return (
+            attrs["axes"] == self.axes
+            and attrs["decrease_axis"] == self.decrease_axis
+            and bool(attrs["strides"]) == self.strided
+        )
+
+    def add(self, attrs, g):
+        self.attrs.append(attrs)
+        self.gouts.append(g)
+
+    def total(self, x):
+        """The gradient of ``x`` (recorded or computed now, as any gradient op)."""
+        if len(self.gouts) == 1:
+            return apply(REGISTRY["slice_grad"], (x, self.gouts[0]), self.attrs[0])
+        merged = {
+            "axes": self.axes,
+            "starts": [v for a in self.attrs for v in a["starts"]],
+            "ends": [v for a in self.attrs for v in a["ends"]],
+            "strides": [v for a in self.attrs for v in a["strides"]] if self.strided else [],
+            "decrease_axis": self.decrease_axis,
+        }
+        defn = REGISTRY["slices_grad"]
+        if not state.trusted:
+            return apply(defn, (x, list(self.gouts)), merged)
+        # An eager backward records nothing and its makers' shapes are checked: run the kernel
+        # without inference, as ``tape.tape`` does for one-input-per-slot gradient ops.
+        xv, gvs = _array(x), [_array(g) for g in self.gouts]
+        try:
+            value = defn.kernel(array_module(xv), merged, xv, gvs)
+        except FluidError:
+            raise
+        except Exception as err:
+            raise ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}") from err
+        return Variable._make(value, value.shape, value.dtype, False)
+
+
+def _array(var):
+    return var._array() if var._pending is not None or var._value is None else var._value
 
 
 def _unreachable(var):
