@@ -14,6 +14,7 @@ from ops.loss_more import check_probabilities
 from ops.registry import REGISTRY
 from ops.xp import array_module, as_array, default_module
 from tape.errors import ShapeError, user_location
+from tape.tape import state
 from tape.variable import Variable
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -103,9 +104,13 @@ def _valid(target, ignore_index, dtype):
 
 def _valid_count(target, ignore_index, dtype):
     """What "mean" divides by: the number of targets that are not ``ignore_index``, as an int
-    when the targets are a host array known now (a constant: counting records no op, which
-    for a loss per example is most of its ops), else ``_valid``'s mask (targets still to be
-    computed by lazy mode, or on a device; also when all are ignored, for PyTorch's nan)."""
+    in eager mode, where the targets are a host array known now (counting records no op, which
+    for a loss per example is most of its ops), else ``_valid``'s mask: a lazy tape or one
+    recording every op may become a Program, whose targets are placeholders fed later, and
+    targets on a device or all ignored (PyTorch's nan) take the mask too."""
+    current = state.tape
+    if current is None or current.lazy or current.record_all:
+        return _valid(target, ignore_index, dtype)
     value = target._value
     if value.__class__ is np.ndarray and target._pending is None and not target.requires_grad:
         count = int(np.count_nonzero(value != ignore_index))
