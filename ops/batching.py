@@ -25,6 +25,7 @@ class Rule:
     value)``."""
 
     name = "rule"
+    lists = False  # whether it batches an op whose one input slot is a list (``LIST``'s kind)
 
     def accepts(self, attrs, shapes, each):
         return any(each)
@@ -150,6 +151,7 @@ class _List(Rule):
     up gradients): the members' j-th inputs are stacked, and the kernel gets the stacks."""
 
     name = "list"
+    lists = True
 
     def accepts(self, attrs, shapes, each):
         return all(each) and len(set(shapes)) == 1
@@ -158,8 +160,27 @@ class _List(Rule):
         return kernel(xp, attrs, [value for _, value in inputs])
 
 
+class _ListAxes(_List):
+    """``slices_grad``: the members' j-th pieces are stacked, and the kernel builds all
+    members' gradients at once in a ``shape`` with the member axis first (non-negative axes
+    moved past it)."""
+
+    name = "list-axes"
+
+    def accepts(self, attrs, shapes, each):
+        return all(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        moved = {
+            k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in ("axes", "decrease_axis")
+        }
+        shape = (n, *attrs["shape"])
+        return kernel(xp, {**attrs, **moved, "shape": shape}, [value for _, value in inputs])
+
+
 ELEMENTWISE = _Elementwise()
 LIST = _List()
+SLICES = _ListAxes()
 SLICE = _Axes("axes", "decrease_axis")
 MATMUL = _Matmul()
 ROWS = _Rows()

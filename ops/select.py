@@ -142,7 +142,14 @@ def piece_attrs(attrs, k):
     }
 
 
-def _infer_slices_grad(attrs, x, gouts):
+class _Shape:
+    """A stand-in for X in ``_infer_slice``: only its shape is read."""
+
+    def __init__(self, shape):
+        self.shape, self.dtype = tuple(shape), None
+
+
+def _infer_slices_grad(attrs, gouts):
     n, count = len(attrs["axes"]), len(gouts)
     sizes = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or attrs["starts"])}
     if not count or sizes != {n * count}:
@@ -152,36 +159,38 @@ def _infer_slices_grad(attrs, x, gouts):
             expected=f"{n} values per Out@GRAD ({count} of them) in each",
             actual=f"starts={attrs['starts']}, ends={attrs['ends']}, strides={attrs['strides']}",
         )
+    x = _Shape(attrs["shape"])
     for k, gout in enumerate(gouts):
         shape, _ = _infer_slice(piece_attrs(attrs, k), x)
         if tuple(gout.shape) != shape:
             raise ShapeError(
                 None,
                 f"Out@GRAD[{k}] does not have its slice's shape",
-                expected=f"{shape} (slice {k} of X.shape={x.shape})",
+                expected=f"{shape} (slice {k} of shape={x.shape})",
                 actual=str(gout.shape),
             )
-    return x.shape, promoted(x, *gouts)
+    return x.shape, promoted(*gouts)
 
 
 @register(
     "slices_grad",
-    inputs=("X", "Out@GRAD*"),
-    attrs=_SLICE_ATTRS,
+    inputs=("Out@GRAD*",),
+    attrs={"shape": Attr("ints", required=True), **_SLICE_ATTRS},
     infer=_infer_slices_grad,
-    no_need_buffer=("X",),
+    batch=batching.SLICES,
 )
-def slices_grad(xp, attrs, x, gouts):
-    """Out = zeros of X's shape with each Out@GRAD[k] added into slice k of X (X's values are
-    unused): the gradient of X read by several slices (an LSTM's gates cut from one product),
-    one op and one buffer where one ``slice_grad`` each and their ``sum`` took k + 1 of each.
-    Equal bit for bit to that sum; a single slice is written as ``slice_grad`` writes it.
+def slices_grad(xp, attrs, gouts):
+    """Out = zeros of ``shape`` with each Out@GRAD[k] added into slice k: the gradient of a
+    Variable of that shape read by several slices (an LSTM's gates cut from one product), one
+    op and one buffer where one ``slice_grad`` each and their ``sum`` took k + 1 of each. Equal
+    bit for bit to that sum; a single slice is written as ``slice_grad`` writes it.
 
-    d(Out@GRAD[k]) = slice k of dOut; X gets no gradient.
+    d(Out@GRAD[k]) = slice k of dOut.
     """
-    out = xp.zeros(x.shape, dtype=np.result_type(x.dtype, *[g.dtype for g in gouts]))
+    shape = tuple(attrs["shape"])
+    out = xp.zeros(shape, dtype=np.result_type(*[g.dtype for g in gouts]))
     axes, starts, ends, strides = attrs["axes"], attrs["starts"], attrs["ends"], attrs["strides"]
-    ndim, n = len(x.shape), len(axes)
+    ndim, n = len(shape), len(axes)
     for k, gout in enumerate(gouts):
         index = [builtins.slice(None)] * ndim
         for j, axis in enumerate(axes, k * n):
@@ -196,8 +205,8 @@ def slices_grad(xp, attrs, x, gouts):
 
 @slices_grad.gradient
 def _(g):
-    (gout,), count = g.gouts, len(g.inputs[1])
-    return None, [apply(slice, (gout,), piece_attrs(g.attrs, k)) for k in range(count)]
+    (gout,), count = g.gouts, len(g.inputs[0])
+    return ([apply(slice, (gout,), piece_attrs(g.attrs, k)) for k in range(count)],)
 
 
 def _infer_gather(attrs, x, index):

@@ -460,21 +460,22 @@ class _Slices:
         """The gradient of ``x`` (recorded or computed now, as any gradient op)."""
         if len(self.gouts) == 1:
             return apply(REGISTRY["slice_grad"], (x, self.gouts[0]), self.attrs[0])
-        merged = {
-            "axes": self.axes,
-            "starts": [v for a in self.attrs for v in a["starts"]],
-            "ends": [v for a in self.attrs for v in a["ends"]],
-            "strides": [v for a in self.attrs for v in a["strides"]] if self.strided else [],
-            "decrease_axis": self.decrease_axis,
+        merged = {  # (tuples: hashable, as autobatching's signatures need)
+            "shape": tuple(x.shape),
+            "axes": tuple(self.axes),
+            "starts": tuple(v for a in self.attrs for v in a["starts"]),
+            "ends": tuple(v for a in self.attrs for v in a["ends"]),
+            "strides": tuple(v for a in self.attrs for v in a["strides"]) if self.strided else (),
+            "decrease_axis": tuple(self.decrease_axis),
         }
         defn = REGISTRY["slices_grad"]
         if not state.trusted:
-            return apply(defn, (x, list(self.gouts)), merged)
+            return apply(defn, (list(self.gouts),), merged)
         # An eager backward records nothing and its makers' shapes are checked: run the kernel
         # without inference, as ``tape.tape`` does for one-input-per-slot gradient ops.
-        xv, gvs = _array(x), [_array(g) for g in self.gouts]
+        gvs = [_array(g) for g in self.gouts]
         try:
-            value = defn.kernel(array_module(xv), merged, xv, gvs)
+            value = defn.kernel(array_module(gvs[0]), merged, gvs)
         except FluidError:
             raise
         except Exception as err:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import collections
 
-from ops.batching import LIST, rule_of
+from ops.batching import rule_of
 
 MIN_GROUP = 3
 HEURISTICS = ("agenda", "depth")
@@ -327,7 +327,7 @@ def _rule(defn):
     if defn.random or defn.side_effect or defn.inplace:
         return None
     rule = rule_of(defn)
-    if rule is None or (not defn.fast and (rule is not LIST or not defn.single_output)):
+    if rule is None or (not defn.fast and (not rule.lists or not defn.single_output)):
         return None
     return rule
 

@@ -37,8 +37,8 @@ def _slice_grad_ref(x, gout, **attrs):
     return gx
 
 
-def _slices_grad_ref(x, gouts, axes, starts, ends, strides=(), decrease_axis=()):
-    gx, n = np.zeros(x.shape, np.result_type(*[g.dtype for g in gouts])), len(axes)
+def _slices_grad_ref(gouts, shape, axes, starts, ends, strides=(), decrease_axis=()):
+    gx, n = np.zeros(shape, np.result_type(*[g.dtype for g in gouts])), len(axes)
     for k, gout in enumerate(gouts):
         cut = {
             "axes": axes,
@@ -47,7 +47,7 @@ def _slices_grad_ref(x, gouts, axes, starts, ends, strides=(), decrease_axis=())
         }
         if strides:
             cut["strides"] = strides[k * n : (k + 1) * n]
-        window = gx[_index(x.ndim, **cut)]
+        window = gx[_index(len(shape), **cut)]
         window += gout.reshape(window.shape)
     return gx
 
@@ -322,35 +322,33 @@ SLICE = [
 SLICES_GRAD = [
     OpCase(  # an LSTM's four gates cut from one product
         "slices_grad",
-        {"X": (8,), "Out@GRAD": [(2,), (2,), (2,), (2,)]},
-        {"axes": [0], "starts": [0, 2, 4, 6], "ends": [2, 4, 6, 8]},
+        {"Out@GRAD": [(2,), (2,), (2,), (2,)]},
+        {"shape": [8], "axes": [0], "starts": [0, 2, 4, 6], "ends": [2, 4, 6, 8]},
         reference=_slices_grad_ref,
-        grad_inputs=("Out@GRAD",),
         double_grad=True,
         name="gates",
     ),
     OpCase(
         "slices_grad",
-        {"X": (3, 5), "Out@GRAD": [(3, 3), (3, 2)]},
-        {"axes": [1], "starts": [0, 3], "ends": [3, 5]},
+        {"Out@GRAD": [(3, 3), (3, 2)]},
+        {"shape": [3, 5], "axes": [1], "starts": [0, 3], "ends": [3, 5]},
         reference=_slices_grad_ref,
-        grad_inputs=("Out@GRAD",),
         double_grad=True,
         name="columns_overlap_none",
     ),
     OpCase(
         "slices_grad",
-        {"X": (4, 5), "Out@GRAD": [(2, 3), (3, 2)]},
-        {"axes": [0, 1], "starts": [0, 0, 1, 2], "ends": [2, 3, 4, 4]},
+        {"Out@GRAD": [(2, 3), (3, 2)]},
+        {"shape": [4, 5], "axes": [0, 1], "starts": [0, 0, 1, 2], "ends": [2, 3, 4, 4]},
         reference=_slices_grad_ref,
-        grad_inputs=("Out@GRAD",),
         double_grad=True,
         name="overlapping",
     ),
     OpCase(
         "slices_grad",
-        {"X": (3, 4), "Out@GRAD": [(4,), (2,)]},
+        {"Out@GRAD": [(4,), (2,)]},
         {
+            "shape": [3, 4],
             "axes": [0, 1],
             "starts": [1, 0, 2, 3],
             "ends": [2, 4, 3, -BIG],
@@ -358,16 +356,14 @@ SLICES_GRAD = [
             "decrease_axis": [0],
         },
         reference=_slices_grad_ref,
-        grad_inputs=("Out@GRAD",),
         double_grad=True,
         name="strided_decrease",
     ),
     OpCase(
         "slices_grad",
-        {"X": (5,), "Out@GRAD": [(0,), (3,)]},
-        {"axes": [0], "starts": [2, 1], "ends": [2, 4]},
+        {"Out@GRAD": [(0,), (3,)]},
+        {"shape": [5], "axes": [0], "starts": [2, 1], "ends": [2, 4]},
         reference=_slices_grad_ref,
-        grad_inputs=("Out@GRAD",),
         double_grad=True,
         name="size0_piece",
     ),

@@ -435,6 +435,18 @@ def test_matmul_rule_refuses_a_dot_of_two_per_example_vectors():
     assert not batching.MATMUL.accepts(attrs, [(3,), (3,)], [True, True])
 
 
+def test_slices_grad_rule_builds_every_members_gradient_at_once():
+    defn = REGISTRY["slices_grad"]
+    attrs = defn.check_attrs({"shape": [2, 6], "axes": [1], "starts": [0, 4], "ends": [4, 6]})
+    rule = batching.rule_of(defn)
+    assert rule.accepts(attrs, [(2, 4), (2, 2)], [True, True])
+    members = [[_r(2, 4), _r(2, 2)] for _ in range(3)]
+    stacks = [(True, np.stack([m[j] for m in members])) for j in range(2)]
+    got = rule.run(np, defn.kernel, attrs, stacks, 3, (2, 6))
+    for row, member in zip(got, members, strict=True):
+        assert np.array_equal(row, defn.kernel(np, attrs, member))
+
+
 def test_outer_rule_stacks_vectors_per_example_or_shared():
     _members_equal("outer", [(_r(3), _r(5)) for _ in range(4)], (None, None))
     _members_equal("outer", [(_r(3), None) for _ in range(4)], (None, _r(5)))
