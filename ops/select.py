@@ -32,6 +32,16 @@ def _slice_index(attrs, ndim):
 def _infer_slice(attrs, x):
     """Out's shape; X's shape sliced but with the decreased axes kept (the kernels need it)."""
     ndim, axes = len(x.shape), attrs["axes"]
+    if (  # one axis in range, step 1, none dropped (``z[:, a:b]``): the common case, kept short
+        len(axes) == 1
+        and not attrs["strides"]
+        and not attrs["decrease_axis"]
+        and len(attrs["starts"]) == 1 == len(attrs["ends"])
+        and -ndim <= axes[0] < ndim
+    ):
+        axis, shape = axes[0] % ndim, tuple(x.shape)
+        cut = builtins.slice(attrs["starts"][0], attrs["ends"][0]).indices(shape[axis])
+        return shape[:axis] + (len(range(*cut)),) + shape[axis + 1 :], x.dtype
     lengths = {len(attrs["starts"]), len(attrs["ends"]), len(attrs["strides"] or axes)}
     if lengths != {len(axes)}:
         raise AttrError(
