@@ -32,9 +32,10 @@ def _slice_index(attrs, ndim):
 def _infer_slice(attrs, x):
     """Out's shape; X's shape sliced but with the decreased axes kept (the kernels need it)."""
     ndim, axes = len(x.shape), attrs["axes"]
+    strides = attrs["strides"]
     if (  # one axis in range, step 1, none dropped (``z[:, a:b]``): the common case, kept short
         len(axes) == 1
-        and not attrs["strides"]
+        and (not strides or (len(strides) == 1 and strides[0] == 1))
         and not attrs["decrease_axis"]
         and len(attrs["starts"]) == 1 == len(attrs["ends"])
         and -ndim <= axes[0] < ndim
