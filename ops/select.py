@@ -16,16 +16,16 @@ from tape.errors import AttrError, DTypeError, IndexingError, ShapeError
 from tape.tape import apply
 
 
-def _slice_index(attrs, ndim):
-    """The tuple of Python slices ``X[...]`` takes for the slice attributes.
+def _slice_index(attrs, ndim, piece=0):
+    """The tuple of Python slices ``X[...]`` takes for the slice attributes (of slice ``piece``
+    where they list several, one after the other: ``slices_grad``).
 
     (This module's ``slice`` is the op, hence ``builtins.slice``.)
     """
     index = [builtins.slice(None)] * ndim
-    strides = attrs["strides"] or (1,) * len(attrs["axes"])
-    cuts = zip(attrs["axes"], attrs["starts"], attrs["ends"], strides, strict=True)
-    for axis, start, end, stride in cuts:
-        index[axis % ndim] = builtins.slice(start, end, stride)
+    axes, starts, ends, strides = attrs["axes"], attrs["starts"], attrs["ends"], attrs["strides"]
+    for j, axis in enumerate(axes, piece * len(axes)):
+        index[axis % ndim] = builtins.slice(starts[j], ends[j], strides[j] if strides else 1)
     return tuple(index)
 
 
@@ -200,13 +200,8 @@ def slices_grad(xp, attrs, gouts):
     """
     shape = tuple(attrs["shape"])
     out = xp.zeros(shape, dtype=np.result_type(*[g.dtype for g in gouts]))
-    axes, starts, ends, strides = attrs["axes"], attrs["starts"], attrs["ends"], attrs["strides"]
-    ndim, n = len(shape), len(axes)
     for k, gout in enumerate(gouts):
-        index = [builtins.slice(None)] * ndim
-        for j, axis in enumerate(axes, k * n):
-            index[axis % ndim] = builtins.slice(starts[j], ends[j], strides[j] if strides else 1)
-        window = out[(*index, Ellipsis)]
+        window = out[_slice_index(attrs, len(shape), k) + (Ellipsis,)]
         if len(gouts) == 1:
             window[...] = gout.reshape(window.shape)
         else:

@@ -21,7 +21,7 @@ from ops.xp import array_module
 from tape import backward_faults, collector, grad_memo, guard, instrument, replay, stale
 from tape.errors import ExecutionError, FluidError, GraphError, InputError, user_location
 from tape.guard import SHARED
-from tape.tape import apply, state
+from tape.tape import apply, run_kernel, state
 from tape.variable import Variable, owner
 
 
@@ -473,9 +473,8 @@ class _Slices:
             return apply(defn, (list(self.gouts),), merged)
         # An eager backward records nothing and its makers' shapes are checked: run the kernel
         # without inference, as ``tape.tape`` does for one-input-per-slot gradient ops.
-        gvs = [_array(g) for g in self.gouts]
         try:
-            value = defn.kernel(array_module(gvs[0]), merged, gvs)
+            (value,) = run_kernel(defn, merged, [[_array(g) for g in self.gouts]])
         except FluidError:
             raise
         except Exception as err:

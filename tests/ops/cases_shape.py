@@ -319,34 +319,36 @@ SLICE = [
     ),
 ]
 
+
+def _slices_case(gouts, attrs, name):
+    return OpCase(
+        "slices_grad",
+        {"Out@GRAD": gouts},
+        attrs,
+        reference=_slices_grad_ref,
+        double_grad=True,
+        name=name,
+    )
+
+
 SLICES_GRAD = [
-    OpCase(  # an LSTM's four gates cut from one product
-        "slices_grad",
-        {"Out@GRAD": [(2,), (2,), (2,), (2,)]},
+    _slices_case(  # an LSTM's four gates cut from one product
+        [(2,), (2,), (2,), (2,)],
         {"shape": [8], "axes": [0], "starts": [0, 2, 4, 6], "ends": [2, 4, 6, 8]},
-        reference=_slices_grad_ref,
-        double_grad=True,
-        name="gates",
+        "gates",
     ),
-    OpCase(
-        "slices_grad",
-        {"Out@GRAD": [(3, 3), (3, 2)]},
+    _slices_case(
+        [(3, 3), (3, 2)],
         {"shape": [3, 5], "axes": [1], "starts": [0, 3], "ends": [3, 5]},
-        reference=_slices_grad_ref,
-        double_grad=True,
-        name="columns_overlap_none",
+        "columns_overlap_none",
     ),
-    OpCase(
-        "slices_grad",
-        {"Out@GRAD": [(2, 3), (3, 2)]},
+    _slices_case(
+        [(2, 3), (3, 2)],
         {"shape": [4, 5], "axes": [0, 1], "starts": [0, 0, 1, 2], "ends": [2, 3, 4, 4]},
-        reference=_slices_grad_ref,
-        double_grad=True,
-        name="overlapping",
+        "overlapping",
     ),
-    OpCase(
-        "slices_grad",
-        {"Out@GRAD": [(4,), (2,)]},
+    _slices_case(
+        [(4,), (2,)],
         {
             "shape": [3, 4],
             "axes": [0, 1],
@@ -355,17 +357,10 @@ SLICES_GRAD = [
             "strides": [1, 1, 1, -2],
             "decrease_axis": [0],
         },
-        reference=_slices_grad_ref,
-        double_grad=True,
-        name="strided_decrease",
+        "strided_decrease",
     ),
-    OpCase(
-        "slices_grad",
-        {"Out@GRAD": [(0,), (3,)]},
-        {"shape": [5], "axes": [0], "starts": [2, 1], "ends": [2, 4]},
-        reference=_slices_grad_ref,
-        double_grad=True,
-        name="size0_piece",
+    _slices_case(
+        [(0,), (3,)], {"shape": [5], "axes": [0], "starts": [2, 1], "ends": [2, 4]}, "size0_piece"
     ),
 ]
 
