@@ -55,10 +55,17 @@ _SEAL = "dlpack-seal"  # key tag of a seal entry in Tape._written: (count, var, 
 _SHARED_WRITE = "a write through memory shared with another library (DLPack, shared at {})"
 
 
-def note_writes(variables, how, location=None):
+def note_writes(variables, how, location=None, writers=None):
     """Records on each live tape that ``variables`` were just given new values by ``how``
-    ('set_value', 'an optimizer update', ...): ops recorded so far must not use them."""
+    ('set_value', 'an optimizer update', ...): ops recorded so far must not use them.
+    ``writers``: the ops that wrote them in place, on their tape (a lazy run's updates): there
+    only the ops recorded before its writer must not (the writer itself read the old value, as
+    an eager op that updates its input does)."""
     where = location or user_location()
+    before = {}
+    for op in writers or ():
+        for var in op.output_vars():
+            before[id(var)] = (op.index, op)
     with LOCK:
         for tape in list(LIVE_TAPES):
             recorded = len(tape._ops)
@@ -67,7 +74,15 @@ def note_writes(variables, how, location=None):
             written = tape._written
             for var in variables:
                 # The latest write decides; the entry holds the Variable, so its id stays unique.
-                written[id(var)] = (recorded, var, how, where)
+                count = recorded
+                writer = before.get(id(var))
+                if (
+                    writer is not None
+                    and writer[0] < recorded
+                    and tape._ops[writer[0]] is writer[1]
+                ):
+                    count = writer[0]
+                written[id(var)] = (count, var, how, where)
 
 
 def pending_readers(var):

@@ -519,7 +519,11 @@ def _commit(tape, decision, staged):
     if tape._undo:
         tape._undo = [(op, undo) for op, undo in tape._undo if id(op) not in ran]
     if staged:
-        guard.note_writes([var for var, _ in staged.values()], "an in-place update (a lazy run)")
+        guard.note_writes(
+            [var for var, _ in staged.values()],
+            "an in-place update (a lazy run)",
+            writers=[op for op in decision.ops if op.defn.inplace],
+        )
 
 
 __all__ = ["run"]

@@ -7,7 +7,9 @@ pruned to what was asked plus every pending side effect (updates, saves) and ran
 eager mode would already have run those. ``backward`` on a lazy tape records the gradient ops
 (replayed, for a tape structure an earlier backward saw: ``tape.replay``) and marks the forward
 ops released; they run with the next request, so a training step usually runs as one plan and
-each forward activation is freed right after its last gradient op.
+each forward activation is freed right after its last gradient op. (A structure seen for the
+first time runs its forward at ``backward`` and differentiates the eager way instead:
+``tape.backward._after_forward``.)
 Asking for one leaf's gradient computes every pending leaf gradient the user still holds in the
 same run (an optimizer, or a loop over ``p.grad()``, reads them all next).
 ``reset_global_tape()`` first runs what the old tape still owes (its side effects).
@@ -352,10 +354,8 @@ def _compiles(key, pending):
     rewrites, a cached plan) instead of being interpreted: from its second sighting on, or
     always when the options ask for what only plans do (threads, validation, debug output,
     ``compile=True``). A structure that batched well stays interpreted while its runs batch."""
-    if options.compile is not None:
-        return options.compile
-    if (options.threads != "auto" and options.threads > 1) or options.validate or options.debug:
-        return True
+    if options.compile is not None or not interprets_new_structures():
+        return not interprets_new_structures()
     if key in _BATCHED and options.autobatch is not None and not options.exact:
         if options.autobatch != "auto" or autobatch_choice.prefers_batching(
             autobatch_choice.model_key(pending)
@@ -363,6 +363,16 @@ def _compiles(key, pending):
             _BATCHED.move_to_end(key)
             return False
     return _SEEN.seen_before(key)
+
+
+def interprets_new_structures():
+    """Whether a structure seen for the first time runs interpreted (the options ask for
+    nothing that only compiled plans do: threads, validation, debug output, ``compile=True``)."""
+    if options.compile is not None:
+        return not options.compile
+    return not (
+        (options.threads != "auto" and options.threads > 1) or options.validate or options.debug
+    )
 
 
 def _gradients(tape, targets):
@@ -451,7 +461,11 @@ def _commit(tape, scan, entry, compiled, vals):
     tape._last_plan = compiled
     updated = [variables[s] for s in entry.updated_slots]
     if updated:
-        guard.note_writes(updated, "an in-place update (a lazy run)")
+        guard.note_writes(
+            updated,
+            "an in-place update (a lazy run)",
+            writers=[scan.pending[i] for i in entry.in_place_ran(scan.pending)],
+        )
 
 
 def _write_back(tape, compiled, vals, variables, slots, ran):

@@ -5,8 +5,9 @@ makers for the same gradient ops every step. A structure's second backward runs 
 (``tape.backward``'s reverse scan) and keeps what they recorded as a ``Template``: per gradient
 op its definition, attributes and the slots it reads and writes in the tape's numbering
 (``tape.structure``), that numbering's extension for these ops, the forward variables the scan
-released, and which slot holds each leaf's gradient. (The first only scans: a graph that
-follows the data may never repeat, and learning costs about what the scan does.) A later
+released, and which slot holds each leaf's gradient. (The first does not learn: a graph that
+follows the data may never repeat, and learning costs about what the scan does; on a global
+tape it runs the forward and differentiates the eager way, ``tape.backward._after_forward``.) A later
 backward over a tape of the same
 structure -- the numbering's op forms and variable descriptions, every variable's
 requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
@@ -70,9 +71,11 @@ class Template:
     )
 
 
-def gradients(tape, loss, retain_graph, scan):
+def gradients(tape, loss, retain_graph, scan, fresh=None):
     """The leaf gradients ``{id: (leaf, gradient)}`` of a lazy backward of ``loss`` on ``tape``:
-    replayed from a template, or recorded by ``scan()`` (the reverse scan) and learnt."""
+    replayed from a template, or recorded by ``scan()`` (the reverse scan) and learnt; for a
+    structure never seen before, ``fresh()`` when given (``tape.backward``: the forward runs
+    and the gradients are computed at once, as nothing will be cached)."""
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
@@ -90,7 +93,7 @@ def gradients(tape, loss, retain_graph, scan):
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         return _replay(tape, numbering, variables, template)
     if not _SEEN.seen_before(key):
-        return scan()
+        return scan() if fresh is None else fresh()
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
     leaves = scan()
     template = _learn(tape, numbering, variables, before, leaves)

@@ -49,6 +49,9 @@ class Tape:
         self._grad_hooks = []  # on_grad_ready: checked by backward only when non-empty
         self.lazy = lazy
         self.record_all = record_all or lazy
+        # A thread's global tape (get_global_tape, reset_global_tape), which only runs the
+        # user's steps; a Tape made by hand may also become a Program (Program.from_tape).
+        self.steps_only = False
         guard.register(self)
 
     @property
@@ -189,6 +192,7 @@ def get_global_tape() -> Tape:
     tape = state.tape
     if tape is None:
         tape = state.tape = Tape(lazy=state.lazy)
+        tape.steps_only = True
     return tape
 
 
@@ -205,6 +209,7 @@ def reset_global_tape() -> Tape:
     if old is not None:
         stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
     state.tape = new = Tape(lazy=state.lazy)
+    new.steps_only = True
     del old  # (the step's objects die before the paused collector resumes)
     collector.step_ended()
     return new

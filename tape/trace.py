@@ -164,6 +164,15 @@ class Compiled:
             )
         )
 
+    def in_place_ran(self, pending):
+        """The positions among ``pending`` (a run's pending ops) of the ops that ran and update
+        a Variable in place (an optimizer's, batch norm's statistics); the same for every run of
+        this structure, so found once."""
+        found = self.__dict__.get("_in_place")
+        if found is None:
+            found = self._in_place = tuple(i for i in self.ran if pending[i].defn.inplace)
+        return found
+
     def plan(self, held, exact=False):
         """The plan when the user holds the variables in slots ``held`` (kept as well);
         ``exact``: without the rewrites that reorder floating-point sums."""

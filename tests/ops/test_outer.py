@@ -23,7 +23,7 @@ def test_a_vector_times_a_matrix_records_two_gradient_ops(transpose_y):
     x = tape.Variable(rng.standard_normal(3), requires_grad=True)
     shape = (4, 3) if transpose_y else (3, 4)
     w = tape.Variable(rng.standard_normal(shape), requires_grad=True)
-    with tape.lazy():  # (lazy mode records the gradient ops)
+    with tape.lazy(compile=True):  # (a lazy backward that compiles records gradient ops)
         tape.reset_global_tape()
         out = ops.matmul(x, w, transpose_y=transpose_y)
         loss = (out * out).sum()

@@ -91,7 +91,9 @@ def test_ctrl_c_in_a_gradient_kernel_passes_through_and_the_retry_resumes(flaky)
 def test_the_gradient_op_line_is_the_forward_ops_in_lazy_mode(flaky):
     flaky_op, failures = flaky
     expected = _reference(flaky_op, W)
-    with tape.lazy():
+    with tape.lazy(
+        compile=True
+    ):  # (records the gradient ops; see tests/scheduler/test_fresh_backward)
         t = tape.reset_global_tape()
         w = tape.Variable(W, requires_grad=True)
         loss = _loss(flaky_op, w)

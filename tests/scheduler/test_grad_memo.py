@@ -1,5 +1,7 @@
-"""Gradient makers remembered per op form (tape.grad_memo): a lazy backward of a graph that
-changes every step records what the makers would, asking each maker once per form."""
+"""Gradient makers remembered per op form (tape.grad_memo): a lazy backward that records its
+gradient ops (a tape made by hand, or plans compiled for every structure) over a graph that
+changes every step records what the makers would, asking each maker once per form. (A global
+tape's first sighting of a structure computes its gradients eagerly: tape.backward.)"""
 
 import numpy as np
 import pytest
@@ -45,7 +47,7 @@ def _params():
 def _chain_lengths(lengths, w, b, lazy):
     """Sum over sequences of the given lengths of a tanh recurrence; gradients of w and b (a
     graph of a new structure for every new list of lengths)."""
-    with tape.lazy(lazy, exact=True):
+    with tape.lazy(lazy, exact=True, compile=True):
         tape.reset_global_tape()
         w.clear_grad()
         b.clear_grad()
@@ -79,7 +81,7 @@ def test_replayed_gradient_ops_equal_what_the_maker_records(tanh_makers):
     w, b = _params()
 
     def gradient_ops():
-        with tape.lazy(exact=True):
+        with tape.lazy(exact=True, compile=True):
             t = tape.reset_global_tape()
             w.clear_grad()
             b.clear_grad()

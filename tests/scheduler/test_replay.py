@@ -84,7 +84,7 @@ def test_a_repeated_lazy_backward_replays_without_running_the_makers(makers_run)
 def test_replayed_ops_equal_the_recorded_ones_and_carry_the_backward_line(makers_run):
     def gradient_ops():
         w, b, x, y = _inputs(0)
-        with tape.lazy():
+        with tape.lazy(compile=True):  # (a first sighting records its gradient ops too)
             t = tape.reset_global_tape()
             loss = (ops.tanh(x @ w + b) * y).mean()
             start = len(t._ops)

@@ -46,7 +46,7 @@ def test_gates_cut_from_one_vector_get_the_summed_slice_gradients(lazy):
 
 def test_lazy_backward_records_one_op_for_all_slices_of_a_variable():
     z = tape.Variable(np.random.default_rng(1).standard_normal(8), requires_grad=True)
-    with tape.lazy():
+    with tape.lazy(compile=True):  # (a lazy backward that compiles records its gradient ops)
         tape.reset_global_tape()
         loss = _gates_loss(z, 2)
         recorded = len(tape.get_global_tape()._ops)
