@@ -169,3 +169,19 @@ def test_per_example_batches_are_new_every_step_and_the_same_for_every_implement
         seen.add(repr(examples))  # (the batch, in order: the tape's structure)
         assert repr(again()) == repr((examples, labels))  # one sequence for every implementation
     assert len(seen) == 20
+
+
+@pytest.mark.parametrize("name", ["tree_rnn", "treelstm", "tagger"])
+def test_a_lazy_per_example_step_meets_its_batch_for_the_first_time_after_another_ran_it(name):
+    """Two lazy implementations draw the same batches: the second still meets each structure
+    as a first sighting (its backward differentiates eagerly: no gradient op on the tape), not
+    as a repeat the first one taught lazy mode (which records them)."""
+    import tape
+
+    workload = MODULES[name]
+    config = workload.TINY
+    for impl in ("fluidtape-lazy", "fluidtape-lazy"):
+        step = workload.IMPLEMENTATIONS[impl](config, workload.make_data(config))
+        step()
+        recorded = [op.type for op in tape.get_global_tape().ops]
+        assert not any(kind.endswith("_grad") for kind in recorded), recorded
