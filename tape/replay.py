@@ -8,8 +8,8 @@ op its definition, attributes and the slots it reads and writes in the tape's nu
 released, and which slot holds each leaf's gradient. (The first does not learn: a graph that
 follows the data may never repeat, and learning costs about what the scan does; on a global
 tape it runs the forward and differentiates the eager way, ``tape.backward._after_forward``.)
-A later backward over a tape of the same structure -- the numbering's op forms and variable descriptions, every variable's
-requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
+A later backward over a tape of the same structure -- the numbering's op forms and variable
+descriptions, every variable's requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
 appends the same ops with new output Variables and extends the numbering in bulk: no maker, no
 shape inference and no per-op numbering.
 
