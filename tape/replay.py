@@ -6,12 +6,12 @@ makers for the same gradient ops every step. A structure's second backward runs 
 op its definition, attributes and the slots it reads and writes in the tape's numbering
 (``tape.structure``), that numbering's extension for these ops, the forward variables the scan
 released, and which slot holds each leaf's gradient. (The first does not learn: a graph that
-follows the data may never repeat, and learning costs about what the scan does; on a global
-tape it runs the forward and differentiates the eager way, ``tape.backward._after_forward``.)
-A later backward over a tape of the same structure -- the numbering's op forms and variable
-descriptions, every variable's requires_grad, leaf and released flags, the loss, ``retain_graph`` and the array module --
-appends the same ops with new output Variables and extends the numbering in bulk: no maker, no
-shape inference and no per-op numbering.
+follows the data may never repeat, and learning costs about what the scan does; on a global tape
+it runs the forward and differentiates the eager way, ``tape.backward._after_forward``.) A later
+backward over a tape of the same structure -- the numbering's op forms and variable
+descriptions, every variable's requires_grad, leaf and released flags, the loss,
+``retain_graph`` and the array module -- appends the same ops with new output Variables and
+extends the numbering in bulk: no maker, no shape inference and no per-op numbering.
 
 This relies on the registry's rule that gradient makers build gradients from registered ops
 only, so what they record depends on the structure alone; constants they make (of shapes and
