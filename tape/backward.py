@@ -19,9 +19,9 @@ import numpy as np
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape import backward_faults, collector, grad_memo, guard, instrument, replay, stale
-from tape.errors import ExecutionError, FluidError, GraphError, InputError, user_location
+from tape.errors import GraphError, InputError, user_location
 from tape.guard import SHARED
-from tape.tape import apply, run_kernel, state
+from tape.tape import apply, run_trusted, state
 from tape.variable import Variable, owner
 
 
@@ -506,22 +506,10 @@ class _Slices:
             "strides": tuple(v for a in self.attrs for v in a["strides"]) if self.strided else (),
             "decrease_axis": tuple(self.decrease_axis),
         }
-        defn = REGISTRY["slices_grad"]
-        if not state.trusted:
-            return apply(defn, (list(self.gouts),), merged)
-        # An eager backward records nothing and its makers' shapes are checked: run the kernel
-        # without inference, as ``tape.tape`` does for one-input-per-slot gradient ops.
-        try:
-            (value,) = run_kernel(defn, merged, [[_array(g) for g in self.gouts]])
-        except FluidError:
-            raise
-        except Exception as err:
-            raise ExecutionError(defn.type, f"kernel failed: {type(err).__name__}: {err}") from err
-        return Variable._make(value, value.shape, value.dtype, False)
-
-
-def _array(var):
-    return var._array() if var._pending is not None or var._value is None else var._value
+        defn, args = REGISTRY["slices_grad"], (list(self.gouts),)
+        # (an eager backward records nothing: the kernel runs without inference, as for any
+        # gradient op there, but ``record`` takes that path only for one Variable per slot)
+        return run_trusted(defn, args, merged) if state.trusted else apply(defn, args, merged)
 
 
 def _unreachable(var):

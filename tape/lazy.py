@@ -354,8 +354,10 @@ def _compiles(key, pending):
     rewrites, a cached plan) instead of being interpreted: from its second sighting on, or
     always when the options ask for what only plans do (threads, validation, debug output,
     ``compile=True``). A structure that batched well stays interpreted while its runs batch."""
-    if options.compile is not None or not interprets_new_structures():
-        return not interprets_new_structures()
+    if not interprets_new_structures():
+        return True
+    if options.compile is not None:  # (compile=False)
+        return False
     if key in _BATCHED and options.autobatch is not None and not options.exact:
         if options.autobatch != "auto" or autobatch_choice.prefers_batching(
             autobatch_choice.model_key(pending)

@@ -178,7 +178,7 @@ class _ThreadState(threading.local):
         self.tape = None
         self.grad_enabled = True
         self.lazy = False
-        # True inside an eager backward that records nothing (see _run_trusted).
+        # True inside an eager backward that records nothing (see run_trusted).
         self.trusted = False
         # Inside a lazy backward: the user's line every gradient op is recorded from.
         self.location = None
@@ -191,8 +191,7 @@ def get_global_tape() -> Tape:
     """This thread's global tape (created on first use)."""
     tape = state.tape
     if tape is None:
-        tape = state.tape = Tape(lazy=state.lazy)
-        tape.steps_only = True
+        tape = state.tape = _steps_tape()
     return tape
 
 
@@ -208,11 +207,17 @@ def reset_global_tape() -> Tape:
         flush(old)
     if old is not None:
         stale.tape_ended(old)  # (its variables' history ends here: tape.stale)
-    state.tape = new = Tape(lazy=state.lazy)
-    new.steps_only = True
+    state.tape = new = _steps_tape()
     del old  # (the step's objects die before the paused collector resumes)
     collector.step_ended()
     return new
+
+
+def _steps_tape():
+    """A new global tape for this thread (lazy when a ``tape.lazy()`` block is open)."""
+    tape = Tape(lazy=state.lazy)
+    tape.steps_only = True
+    return tape
 
 
 def _values(args):
@@ -291,7 +296,7 @@ def record(tape, defn, args, attrs, given=None, observed=False):
     if _HOOK is not None and not observed:
         return _HOOK.record(tape, defn, args, attrs, given)
     if state.trusted and defn.fast and given is None:
-        return _run_trusted(defn, args, attrs)
+        return run_trusted(defn, args, attrs)
     if SHARED:  # a buffer another library may write (tape.dlpack): checksum what this op reads
         guard.seal(tape, args)
     try:
@@ -377,11 +382,15 @@ def _run_single(defn, attrs, args):
     return run_kernel(defn, attrs, values)[0]
 
 
-def _run_trusted(defn, args, attrs):
+def run_trusted(defn, args, attrs):
     """Gradient ops of an eager backward that records nothing: the makers built them from
-    checked forward shapes, so the kernel's result describes itself (no inference needed)."""
+    checked forward shapes, so the kernel's result describes itself (no inference needed).
+    One output; an input slot may hold a list (``slices_grad``'s pieces)."""
     try:
-        value = _run_single(defn, attrs, args)
+        if defn.fast:
+            value = _run_single(defn, attrs, args)
+        else:
+            (value,) = run_kernel(defn, attrs, _values(args))
     except FluidError:
         raise
     except Exception as err:

@@ -141,6 +141,7 @@ class Compiled:
         self.xp, self.debug = xp, debug
         self.slot_of = {name: slot for slot, name in enumerate(names)}
         self.plans, self.freed = {}, {}
+        self._in_place = None  # (see in_place_ran)
         # What a run may free, so whether the user holds it matters: every variable of the run
         # not kept (what the memory plan frees before a rewrite drops some and adds its own).
         block = analysis.pruned.program.global_block()
@@ -168,7 +169,7 @@ class Compiled:
         """The positions among ``pending`` (a run's pending ops) of the ops that ran and update
         a Variable in place (an optimizer's, batch norm's statistics); the same for every run of
         this structure, so found once."""
-        found = self.__dict__.get("_in_place")
+        found = self._in_place
         if found is None:
             found = self._in_place = tuple(i for i in self.ran if pending[i].defn.inplace)
         return found
