@@ -9,7 +9,7 @@ activations backward needs (each layer's input and the output error).
 
     python -m benchmarks.bench_memory [--impls numpy,torch,autograd,fluidtape,fluidtape-lazy]
 
-``fluidtape-lazy`` is a first step (interpreted), ``fluidtape-lazy-warm`` the third step of the
+``fluidtape-lazy`` is a first step (interpreted), ``fluidtape-lazy-warm`` the fifth step of the
 same process, a cached compiled plan (what a training loop runs from then on; its peak includes
 whatever the first steps left resident).
 
@@ -189,9 +189,10 @@ SETUPS = {
 }
 
 
-def _warmed(step, steps=3):
+def _warmed(step, steps=4):
     """``step`` after ``steps`` untimed steps: lazy mode's steady state, the compiled plan of a
-    structure seen before (the first step is interpreted, the second compiles)."""
+    structure seen before (the first two steps run their backward the eager way, the third
+    records it and is interpreted, the fourth compiles: see ``tape.replay``)."""
     for _ in range(steps):
         step()
     return step

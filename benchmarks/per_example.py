@@ -49,7 +49,8 @@ def _forget_structures():
     from tape import replay
 
     lazy = importlib.import_module("tape.lazy")  # (the module: tape.lazy is the context manager)
-    for remembered in (replay._SEEN, replay._TEMPLATES, lazy._SEEN, lazy._BATCHED):
+    replay.forget()
+    for remembered in (lazy._SEEN, lazy._BATCHED):
         remembered.clear()
 
 

@@ -293,15 +293,15 @@ def setup_compile(config, data):
 
 def setup_hit(config, data):
     """Lazy mode, the same structure every step (the cached plan): the steps before the plan is
-    cached run here, untimed (a first sighting is interpreted, and with autobatch="auto" so is
-    the second, which measures the other mode; the next compiles)."""
+    cached run here, untimed (the first two sightings run the eager backward, the third
+    records its gradient ops and is interpreted, the fourth compiles: see tape.replay)."""
     step = _lazy(config, data, {}, fresh=False)
     for _ in range(HIT_WARM_STEPS):
         step()
     return step
 
 
-HIT_WARM_STEPS = 3
+HIT_WARM_STEPS = 4
 
 
 IMPLEMENTATIONS = {

@@ -151,7 +151,9 @@ def _after_forward(tape, loss, retain_graph, progress=None):
     (learnt and replayed, ``tape.replay``), so repeated steps run forward and backward as one
     compiled, fused plan. ``progress``: a failed one's, to resume (``tape.backward_faults``)."""
     if progress is None:
-        tape.realize([loss])
+        from tape.lazy import run_before_backward
+
+        run_before_backward(tape, loss)
     lazy, record_all = tape.lazy, tape.record_all
     tape.lazy = tape.record_all = False  # (ops that ran and need no gradient stay off the tape)
     try:

@@ -28,7 +28,7 @@ import weakref
 
 import numpy as np
 
-from ops.xp import _NDARRAY
+from ops.xp import _NDARRAY, array_module, default_module
 from tape import guard, instrument, rollback
 from tape.errors import ExecutionError, FluidError, GraphError
 from tape.passes import autobatch
@@ -71,6 +71,61 @@ def _run(tape, scan, autobatch):
             rollback.abort(tape, list(decision.ops), err, snapshot, {})
         raise
     return None
+
+
+def run_in_order(tape):
+    """Runs every pending op of ``tape`` in tape order and keeps every value, as eager mode
+    would have run and kept them; returns whether it ran (False, running nothing, when an op
+    reads a value not ready here: computed on another tape, freed, failed or never written,
+    which ``run`` settles or reports).
+
+    A structure's first sighting before its eager backward (``tape.backward._after_forward``):
+    the backward reads nearly every forward value and then drops the ops, so ``run``'s reverse
+    scan (pruning, frees, the structure's numbering for its key) would cost more than it saves.
+    Failures roll back as ``run``'s do."""
+    ops = tape._pending_ops
+    for op in ops:
+        for var in op.args if op.defn.simple_inputs else op.input_vars():
+            pending = var._pending
+            if pending is not tape and (pending is not None or var._value is None):
+                return False
+    xp = _module_of(ops)
+    kernels, steps = {}, []
+    for op in ops:
+        defn = op.defn
+        kernel = kernels.get(defn)
+        if kernel is None:
+            kernel = kernels[defn] = kernel_for(defn, xp)
+        if defn.fast:
+            out = op.results[0]
+            bound = defn.inplace and any(arg is out for arg in op.args)
+            steps.append((kernel, op.attrs, op.args, op.results, bound, ()))
+        else:
+            steps.append((kernel, op.attrs, op.args, None, False, ()))
+    decision = _Decision(list(ops), steps, ())
+    snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
+    staged = {}
+    committed = False
+    tape._last_autobatch = None
+    try:
+        _execute(tape, decision, snapshot, staged, xp, ())
+        with uninterrupted():
+            _commit(tape, decision, staged)
+            committed = True
+    except BaseException as err:
+        if not committed:
+            rollback.abort(tape, list(decision.ops), err, snapshot, {})
+        raise
+    return True
+
+
+def _module_of(ops):
+    """The array module of the first input value among ``ops`` (numpy or cupy)."""
+    for op in ops:
+        for var in op.input_vars():
+            if var._value is not None:
+                return array_module(var._value)
+    return default_module()
 
 
 def _produced(ops):
@@ -514,9 +569,15 @@ def _put(var, value, inputs, staged, is_numpy):
 def _commit(tape, decision, staged):
     for var, value in staged.values():
         var._value, var._pending = value, None
-    ran = {id(op) for op in decision.ops}
-    tape._pending_ops = [op for op in tape._pending_ops if id(op) not in ran]
+    if len(decision.ops) == len(tape._pending_ops):  # (every pending op ran: a subset)
+        tape._pending_ops = []
+        ran = None
+    else:
+        ran = {id(op) for op in decision.ops}
+        tape._pending_ops = [op for op in tape._pending_ops if id(op) not in ran]
     if tape._undo:
+        if ran is None:
+            ran = {id(op) for op in decision.ops}
         tape._undo = [(op, undo) for op, undo in tape._undo if id(op) not in ran]
     if staged:
         guard.note_writes(

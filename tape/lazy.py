@@ -198,6 +198,40 @@ def realize(tape, variables):
     _run(tape, list(variables))
 
 
+def run_before_backward(tape, loss):
+    """Runs the pending ops before the eager backward of a structure seen for the first time
+    (``tape.backward._after_forward``): every one of them in tape order, as eager mode would
+    have (``tape.interpret.run_in_order``); or, where the options batch (``autobatch="auto"``
+    when batching measured faster for this model, or always), the run ``loss`` needs,
+    autobatched. Timed for ``autobatch="auto"``'s choice, as interpreted runs are."""
+    batching = None if options.exact else options.autobatch
+    choice = None
+    if batching == "auto":
+        key = autobatch_choice.model_key(tape._pending_ops)
+        choice = (key, autobatch_choice.choose(key))
+        batching = HEURISTICS[0] if choice[1] else None
+    if batching is not None or not tape._pending_ops:
+        _run(tape, [loss], choice)
+        return
+    try:
+        with tape._run_lock, collector.paused():
+            started = autobatch_choice.clock()
+            count = len(tape._pending_ops)
+            if not interpret.run_in_order(tape):
+                _run_locked(tape, [loss], choice)
+                return
+            tape.maybe_compact()
+            if choice is not None:
+                autobatch_choice.measured(
+                    choice[0], False, autobatch_choice.clock() - started, count
+                )
+                tape._last_choice = (False, *autobatch_choice.costs_of(choice[0]))
+            else:
+                tape._last_choice = None
+    finally:
+        _run_ended(tape)
+
+
 def flush(tape):
     """Runs the pending side effects of ``tape`` (optimizer updates, saves) and what they need."""
     if any(effectful(op.defn) for op in tape._pending_ops):
@@ -258,7 +292,7 @@ def _explain_autobatch(ran, groups, bailed):
     return "\n".join(lines)
 
 
-def _run(tape, targets):
+def _run(tape, targets, choice=None):
     if targets and not tape._pending_ops and all(v._value is not None for v in targets):
         for var in targets:  # nothing can be owed to them: they are up to date
             var._pending = None
@@ -267,7 +301,7 @@ def _run(tape, targets):
     # run at a time.
     try:
         with tape._run_lock, collector.paused():
-            _run_locked(tape, targets)
+            _run_locked(tape, targets, choice)
     finally:
         _run_ended(tape)
 
@@ -283,7 +317,8 @@ def _run_ended(tape):
         collector.step_ended()
 
 
-def _run_locked(tape, targets):
+def _run_locked(tape, targets, choice=None):
+    """``choice``: ``autobatch="auto"``'s (model key, batched?) when the caller made it."""
     optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
         scan = Trace(tape, targets, optional)
@@ -292,7 +327,7 @@ def _run_locked(tape, targets):
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
             entry = None if instrument.checking() else CACHE.get(scan.key)
             if entry is None and not _compiles(scan.key, scan.pending):
-                missing = _interpret(tape, scan)
+                missing = _interpret(tape, scan, choice)
             else:
                 tape._last_autobatch = tape._last_choice = None
                 if entry is None:
@@ -306,14 +341,17 @@ def _run_locked(tape, targets):
     raise GraphError(None, "lazy run did not converge")  # each retry re-pends one more op
 
 
-def _interpret(tape, scan):
+def _interpret(tape, scan, choice=None):
     """One interpreted run (``tape.interpret``), autobatched as the options ask: always, never,
-    or ("auto") as measured fastest for this model (``tape.autobatch_choice``)."""
+    or ("auto") as measured fastest for this model (``tape.autobatch_choice``; ``choice``: the
+    choice already made for this run)."""
     batching = None if options.exact else options.autobatch
     key = None
     if batching == "auto":
-        key = autobatch_choice.model_key(scan.pending)
-        batched = autobatch_choice.choose(key)
+        key, batched = choice or (None, None)
+        if choice is None:
+            key = autobatch_choice.model_key(scan.pending)
+            batched = autobatch_choice.choose(key)
         batching = HEURISTICS[0] if batched else None
         started = autobatch_choice.clock()
     missing = interpret.run(tape, scan, batching)

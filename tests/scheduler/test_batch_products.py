@@ -188,12 +188,12 @@ def test_the_executor_batches_a_static_program_unless_exact(exact):
 
 def _unrolled(steps, dtype, exact=None, validate=False, seed=0, threads=0):
     """Loss and parameter gradients of an LSTM unrolled ``steps`` steps (eager if exact is
-    None), and the last lazy plan."""
+    None), and the last lazy plan (compiled on a first sighting too: the rewrites are tested)."""
     tape.seed(seed)
     cell = layers.LSTMCell(3, 4, dtype=dtype)
     xs = np.random.default_rng(seed).standard_normal((steps, 2, 3)).astype(dtype)
     lazy = (
-        tape.lazy(exact=bool(exact), validate=validate, threads=threads)
+        tape.lazy(exact=bool(exact), validate=validate, threads=threads, compile=True)
         if exact is not None
         else tape.lazy(False)
     )

@@ -2,6 +2,8 @@
 forward runs, then the reverse scan the eager way, so the step costs what eager mode's does and
 gives its gradients bit for bit; a structure seen again records its gradient ops and compiles."""
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -9,17 +11,18 @@ import layers
 import ops
 import optim
 import tape
-from tape import replay
+from tape import replay, structure
 
 DIM = 4
 
 
 @pytest.fixture(autouse=True)
 def _forget_structures():
-    replay._SEEN.clear()
-    replay._TEMPLATES.clear()
+    lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
+    for forget in (replay.forget, lazy_module._SEEN.clear, lazy_module._BATCHED.clear):
+        forget()
     yield
-    replay._SEEN.clear()
+    replay.forget()
 
 
 def _model(seed=0):
@@ -65,6 +68,126 @@ def test_a_new_structure_records_no_gradient_op_and_keeps_no_forward_op():
     assert t.ops == []  # each forward op left the tape once its gradient ran, as in eager mode
 
 
+def test_a_new_structures_forward_runs_every_pending_op_as_eager_mode_would():
+    """Also an op the loss does not read: eager mode would have computed it, so it is there."""
+    cell, head = _model()
+    x = np.linspace(-1, 1, DIM).astype(np.float32)
+    with tape.lazy(autobatch=False):  # ("auto" batches a model's first run: see below)
+        tape.reset_global_tape()
+        h = cell(tape.Variable(x))
+        side = ops.exp(h)
+        tape.backward(head(h).sum())
+        assert side._pending is None and side._value is not None  # (before it is asked for)
+        got = side.numpy().copy()
+    tape.reset_global_tape()
+    np.testing.assert_array_equal(got, ops.exp(cell(tape.Variable(x))).numpy())
+
+
+def test_a_new_structure_is_known_new_by_its_sketch_without_numbering_the_tape(monkeypatch):
+    numbered = []
+    extend = structure.Structure.extend
+    monkeypatch.setattr(
+        structure.Structure, "extend", lambda self: numbered.append(1) or extend(self)
+    )
+    model = _model()
+    _step(model, [2, 3], lazy=True, options={"autobatch": False})
+    assert numbered == []
+    _step(model, [2, 3], lazy=True, options={"autobatch": False})  # a known sketch: numbered
+    assert numbered
+
+
+def test_autobatch_auto_weighs_batching_against_the_run_in_tape_order():
+    """A model's first run batches (and is numbered, as batching needs), its second runs in
+    tape order; both are timed, and each later run takes the cheaper (tape.autobatch_choice)."""
+    model = _model()
+    _step(model, [2, 3], lazy=True)
+    assert "autobatched" in tape.explain()
+    _step(model, [1, 4], lazy=True)
+    explained = tape.explain()
+    assert "did not batch this run" in explained and "not measured" not in explained
+
+
+def test_the_same_ops_wired_differently_share_a_sketch_but_not_their_gradients():
+    """``x * tanh(y)`` and ``tanh(x) * y`` record the same ops with the same shapes: one sketch,
+    two structures, each differentiated as its own, however often they alternate."""
+    rng = np.random.default_rng(0)
+    x, y = (tape.Variable(rng.standard_normal((2, 3)), requires_grad=True) for _ in range(2))
+
+    def step(lazy, flipped):
+        x.clear_grad()
+        y.clear_grad()
+        with tape.lazy(lazy):
+            t = tape.reset_global_tape()
+            loss = (ops.tanh(x) * y if flipped else x * ops.tanh(y)).sum()
+            sketched = replay.sketch(t, loss, False)
+            tape.backward(loss)
+            return sketched, x.grad().numpy().copy(), y.grad().numpy().copy()
+
+    sketches = set()
+    for flipped in [False, True] * 4:
+        sketched, *got = step(True, flipped)
+        sketches.add(sketched)
+        for g, w in zip(got, step(False, flipped)[1:], strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert len(sketches) == 1
+
+
+def test_an_input_pending_on_another_tape_is_computed_first():
+    """The in-order run takes only values that are ready; the full run settles the others."""
+    _, head = _model()
+    x = np.linspace(-1, 1, DIM).astype(np.float32)
+    other = tape.Tape(lazy=True)
+    previous, tape.tape.state.tape = tape.tape.state.tape, other
+    try:
+        h = ops.tanh(tape.Variable(x))  # (no gradient flows into another tape)
+    finally:
+        tape.tape.state.tape = previous
+    assert h._pending is other
+    with tape.lazy(autobatch=False):
+        tape.reset_global_tape()
+        loss = head(h * 2.0).sum()
+        tape.backward(loss)
+        got = [loss.numpy()] + [p.grad().numpy().copy() for p in head.params()]
+    for p in head.params():
+        p.clear_grad()
+    tape.reset_global_tape()
+    loss = head(ops.tanh(tape.Variable(x)) * 2.0).sum()
+    tape.backward(loss)
+    want = [loss.numpy()] + [p.grad().numpy() for p in head.params()]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("autobatch", ["auto", False])  # (batched, then in tape order)
+def test_a_kernel_error_in_a_new_structures_forward_names_the_op_and_the_users_line(
+    monkeypatch, autobatch
+):
+    from ops.registry import REGISTRY
+
+    defn = REGISTRY["tanh"]
+
+    def broken(xp, attrs, x):
+        raise RuntimeError("injected")
+
+    cell, head = _model()
+    x = tape.Variable(np.ones(DIM, np.float32))
+    with tape.lazy(autobatch=autobatch):
+        t = tape.reset_global_tape()
+        loss = head(ops.tanh(x)).sum()
+        monkeypatch.setattr(defn, "kernel", broken)
+        with pytest.raises(tape.ExecutionError, match="injected") as raised:
+            tape.backward(loss)
+        monkeypatch.undo()
+        assert raised.value.op == "tanh"
+        assert "test_fresh_backward.py" in str(raised.value)
+        assert t._pending_ops == []  # the failed run's ops left the pending list
+        assert all(p.grad() is None for p in head.params())
+        tape.reset_global_tape()
+        loss = head(ops.tanh(x)).sum()
+        tape.backward(loss)  # the next step runs
+        assert np.isfinite(loss.numpy())
+
+
 def test_a_repeated_structure_records_its_gradient_ops_and_runs_them_as_a_compiled_plan():
     model = _model()
     want_loss, want, _ = _step(model, [2, 3], lazy=False)
@@ -73,7 +196,7 @@ def test_a_repeated_structure_records_its_gradient_ops_and_runs_them_as_a_compil
         np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
-    assert t._last_plan is not None  # (forward and backward's third sighting compiled it)
+    assert t._last_plan is not None  # (forward and backward's fourth sighting compiled it)
     fused = [line for line in tape.explain(t).splitlines() if "fused[" in line]
     assert any("tanh_grad" in line for line in fused), "the backward runs inside the plan"
 

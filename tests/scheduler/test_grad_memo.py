@@ -17,8 +17,7 @@ DIM = 5
 @pytest.fixture(autouse=True)
 def _fresh():
     grad_memo.clear()
-    replay._TEMPLATES.clear()
-    replay._SEEN.clear()
+    replay.forget()
     yield
     grad_memo.clear()
 
@@ -102,8 +101,7 @@ def test_replayed_gradient_ops_equal_what_the_maker_records(tanh_makers):
             return ops_
 
     first, second = gradient_ops(), gradient_ops()  # seen, learnt
-    replay._TEMPLATES.clear()  # (not the whole-tape replay: the recipes)
-    replay._SEEN.clear()
+    replay.forget()  # (not the whole-tape replay: the recipes)
     tanh_makers.clear()
     replayed = gradient_ops()
     assert tanh_makers == [] and replayed == first == second

@@ -32,8 +32,7 @@ def makers_run(monkeypatch):
         return run(op, gouts, pending, memo)
 
     monkeypatch.setattr(engine, "_run_grad_maker", counting)
-    replay._TEMPLATES.clear()
-    replay._SEEN.clear()
+    replay.forget()
     grad_memo.clear()
     return calls
 
@@ -58,18 +57,37 @@ def _inputs(seed):
     return w, b, x, y
 
 
-def test_a_structure_is_learnt_on_its_second_backward_not_its_first(makers_run):
+def test_a_structure_is_learnt_on_its_third_backward_not_before(makers_run):
     w, b, x, y = _inputs(0)
     _step(True, w, b, x, y)  # a graph that may never repeat: scanned, nothing learnt
+    assert makers_run and not replay._TEMPLATES
+    makers_run.clear()
+    _step(True, w, b, x, y)  # its sketch was seen: numbered, its key seen for the first time
     assert makers_run and not replay._TEMPLATES
     makers_run.clear()
     _step(True, w, b, x, y)
     assert makers_run and len(replay._TEMPLATES) == 1
 
 
+def test_a_tape_made_by_hand_is_learnt_on_its_second_backward(makers_run):
+    """A hand-made lazy tape records its gradient ops (for Programs) and is numbered at every
+    backward, so its structure is known on its second sighting."""
+    w, b, x, y = _inputs(0)
+    for sighting in range(2):
+        recording = tape.Tape(lazy=True)
+        previous, tape.tape.state.tape = tape.tape.state.tape, recording
+        try:
+            with tape.lazy():
+                diff = ops.tanh(x @ w + b) - y
+                tape.backward((diff * diff).mean())
+        finally:
+            tape.tape.state.tape = previous
+        assert len(replay._TEMPLATES) == sighting
+
+
 def test_a_repeated_lazy_backward_replays_without_running_the_makers(makers_run):
     w, b, x, y = _inputs(0)
-    for _ in range(2):  # seen, then learnt
+    for _ in range(3):  # sketched, seen, then learnt
         _step(True, w, b, x, y)
     assert makers_run
     for seed in (1, 2):  # new values, same structure
@@ -191,7 +209,7 @@ def _record_backward(choose, lazy):
 def test_a_replayed_backward_of_a_random_tape_equals_eager(data):
     log = []
     eager = _record_backward(_chooser(data, log), lazy=False)
-    for _ in range(3):  # seen, learnt, then replayed
+    for _ in range(4):  # sketched, seen, learnt, then replayed
         lazy = _record_backward(_replaying(log), lazy=True)
         assert len(lazy) == len(eager)
         for want, got in zip(eager, lazy, strict=True):
@@ -201,7 +219,7 @@ def test_a_replayed_backward_of_a_random_tape_equals_eager(data):
 
 def test_a_replaced_gradient_maker_is_learnt_anew(makers_run, monkeypatch):
     w, b, x, y = _inputs(0)
-    for _ in range(2):  # seen, learnt
+    for _ in range(3):  # sketched, seen, learnt
         _step(True, w, b, x, y)
     assert len(replay._TEMPLATES) == 1
     tanh = REGISTRY["tanh"]
