@@ -293,15 +293,17 @@ def setup_compile(config, data):
 
 def setup_hit(config, data):
     """Lazy mode, the same structure every step (the cached plan): the steps before the plan is
-    cached run here, untimed (the first two sightings run the eager backward, the third
-    records its gradient ops and is interpreted, the fourth compiles: see tape.replay)."""
+    cached run here, untimed: the first two sightings run the eager backward, the third
+    records its gradient ops and is interpreted, the fourth compiles (tape.replay), and the
+    next steps time the plan against the eager way to run the faster (tape.tier_choice)."""
+    from tape import tier_choice
+
     step = _lazy(config, data, {}, fresh=False)
-    for _ in range(HIT_WARM_STEPS):
+    for _ in range(4 + tier_choice.PATIENCE + 2):
         step()
     return step
 
 
-HIT_WARM_STEPS = 4
 
 
 IMPLEMENTATIONS = {

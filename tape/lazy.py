@@ -32,7 +32,15 @@ import weakref
 import numpy as np
 
 from ops.xp import to_numpy
-from tape import autobatch_choice, collector, guard, instrument, interpret, rollback
+from tape import (
+    autobatch_choice,
+    collector,
+    guard,
+    instrument,
+    interpret,
+    rollback,
+    tier_choice,
+)
 from tape.errors import GraphError
 from tape.passes import execute, pipeline
 from tape.passes.autobatch import HEURISTICS
@@ -211,14 +219,14 @@ def run_before_backward(tape, loss):
         choice = (key, autobatch_choice.choose(key))
         batching = HEURISTICS[0] if choice[1] else None
     if batching is not None or not tape._pending_ops:
-        _run(tape, [loss], choice)
+        _run(tape, [loss], choice, interpreted=True)
         return
     try:
         with tape._run_lock, collector.paused():
             started = autobatch_choice.clock()
             count = len(tape._pending_ops)
             if not interpret.run_in_order(tape):
-                _run_locked(tape, [loss], choice)
+                _run_locked(tape, [loss], choice, interpreted=True)
                 return
             tape.maybe_compact()
             if choice is not None:
@@ -292,7 +300,7 @@ def _explain_autobatch(ran, groups, bailed):
     return "\n".join(lines)
 
 
-def _run(tape, targets, choice=None):
+def _run(tape, targets, choice=None, interpreted=False):
     if targets and not tape._pending_ops and all(v._value is not None for v in targets):
         for var in targets:  # nothing can be owed to them: they are up to date
             var._pending = None
@@ -301,7 +309,7 @@ def _run(tape, targets, choice=None):
     # run at a time.
     try:
         with tape._run_lock, collector.paused():
-            _run_locked(tape, targets, choice)
+            _run_locked(tape, targets, choice, interpreted)
     finally:
         _run_ended(tape)
 
@@ -317,8 +325,9 @@ def _run_ended(tape):
         collector.step_ended()
 
 
-def _run_locked(tape, targets, choice=None):
-    """``choice``: ``autobatch="auto"``'s (model key, batched?) when the caller made it."""
+def _run_locked(tape, targets, choice=None, interpreted=False):
+    """``choice``: ``autobatch="auto"``'s (model key, batched?) when the caller made it;
+    ``interpreted``: a run that is not compiled (a cached plan is still used)."""
     optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
         scan = Trace(tape, targets, optional)
@@ -326,11 +335,12 @@ def _run_locked(tape, targets, choice=None):
         if missing is None:
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
             entry = None if instrument.checking() else CACHE.get(scan.key)
-            if entry is None and not _compiles(scan.key, scan.pending):
+            if entry is None and (interpreted or not _compiles(scan.key, scan.pending)):
                 missing = _interpret(tape, scan, choice)
             else:
                 tape._last_autobatch = tape._last_choice = None
                 if entry is None:
+                    tier_choice.cold()
                     entry = compile_trace(scan, options.debug)
                     CACHE.put(scan.key, entry)
                 missing = _execute(tape, scan, entry)
@@ -345,6 +355,7 @@ def _interpret(tape, scan, choice=None):
     """One interpreted run (``tape.interpret``), autobatched as the options ask: always, never,
     or ("auto") as measured fastest for this model (``tape.autobatch_choice``; ``choice``: the
     choice already made for this run)."""
+    tier_choice.cold()
     batching = None if options.exact else options.autobatch
     key = None
     if batching == "auto":

@@ -35,13 +35,6 @@ class Remembered(collections.OrderedDict):
         self.put(key)
         return False
 
-    def remember(self, key):
-        """Whether ``key`` is new (then remembered); a known one is marked as just used."""
-        if key in self:
-            self.move_to_end(key)
-            return False
-        self.put(key)
-        return True
 
 
 __all__ = ["Remembered"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import operator
 import weakref
 
+from tape import tier_choice
 from tape.errors import user_location
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
@@ -40,16 +41,11 @@ _TEMPLATES = Remembered(64)  # templates kept (least recently used dropped): a f
 # scan itself (~20% of a first-sighting step of a per-example tree model), wasted on a graph
 # that follows the data and never repeats.
 _SEEN = Remembered(256)
-# Sketches of the tapes whose backward ran the eager way (see ``sketch``): a structure whose
-# sketch was never seen is a first sighting without numbering the tape.
-_SKETCHES = Remembered(256)
-
-
 def forget():
     """Forgets every structure seen and template learnt (tests and benchmarks start afresh)."""
     _TEMPLATES.clear()
     _SEEN.clear()
-    _SKETCHES.clear()
+    tier_choice.reset()
 
 
 class Template:
@@ -87,11 +83,14 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     structure never seen before, ``fresh()`` when given (``tape.backward``: the forward runs
     and the gradients are computed at once, as nothing will be cached).
 
-    With ``fresh``, a tape whose ``sketch`` was never seen is such a structure: it is not
-    numbered (~1.4 us per op, a sixth of an eager step of small ops). A known sketch may still
-    be a new structure (the same ops wired differently): then the numbering decides, and a
-    structure is learnt from its third sighting instead of its second."""
-    if fresh is not None and _SKETCHES.remember(sketch(tape, loss, retain_graph)):
+    With ``fresh``, a tape whose ``tier_choice.sketch`` was never seen is such a structure: it
+    is not numbered (~1.4 us per op, a sixth of an eager step of small ops). A known sketch may
+    still be a new structure (the same ops wired differently): then the numbering decides, and a
+    structure is learnt from its third sighting instead of its second. A known structure also
+    runs ``fresh()`` where that measured faster than its compiled plan (``tape.tier_choice``)."""
+    if fresh is not None and tier_choice.eager_way(
+        tier_choice.sketch(tape, loss, retain_graph), len(tape._ops)
+    ):
         return fresh()
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
@@ -109,6 +108,7 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     template = _TEMPLATES.get_recent(key)
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         return _replay(tape, numbering, variables, template)
+    tier_choice.cold()  # (unless replayed: a first sighting of this key, or learning it)
     if not _SEEN.seen_before(key):
         return scan() if fresh is None else fresh()
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
@@ -117,21 +117,6 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     if template is not None:
         _TEMPLATES.put(key, template)
     return leaves
-
-
-def sketch(tape, loss, retain_graph):
-    """A cheap stand-in for a tape's structural key (~0.1 us per op): its op definitions in
-    order and the output shapes of its one-output ops, hashed, with the loss's shape. Equal
-    structures give equal sketches; different ones usually do not (not the wiring, flags or
-    attributes: the key compares those)."""
-    ops = tape._ops
-    return (
-        len(ops),
-        hash(tuple([None if op is None else op.defn for op in ops])),
-        hash(tuple([op.results[0].shape for op in ops if op is not None and op.defn.fast])),
-        loss.shape,
-        bool(retain_graph),
-    )
 
 
 def _replay(tape, numbering, variables, template):

@@ -1,0 +1,88 @@
+"""A choice between two ways of doing the same work, made by timing both and probing again.
+
+Lazy mode has two such choices where the faster side depends on the model and the machine:
+whether an interpreted run autobatches (``tape.autobatch_choice``) and whether a repeated
+structure runs its compiled plan or the eager way (``tape.tier_choice``). Both keep one
+``Measured`` per model or structure.
+
+The two ways are named False (the usual one) and True (the alternative). Each is tried once,
+``first`` first (and ``patience`` more times before the other); from then on each call takes
+the way whose cost per op is lower, the alternative only where it costs at most ``MARGIN`` of
+the usual way: where the two are close, a step's noise (+-30% here) would flip the choice back
+and forth. A way's cost is the lowest of its last ``WINDOW`` runs: noise here only ever adds
+time (another process, the garbage collector, a page fault), and an average would let one slow
+run make its way lose for a long time. The other way is probed again after ``PROBE`` runs (its
+old runs forgotten: they are stale); each probe it loses doubles that interval (up to
+``MAX_INTERVAL``), so a settled choice costs at most one run in ``MAX_INTERVAL`` the slower
+way, and a probe that wins switches the choice and resets the interval.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROBE = 8
+MARGIN = 0.9
+MAX_INTERVAL = 128
+WINDOW = 4
+
+clock = time.perf_counter
+
+
+class Measured:
+    """One model's (or structure's) recent costs per op of the usual way and the alternative,
+    and when the way not taken is probed next."""
+
+    __slots__ = ("runs_of", "first", "patience", "runs", "next_probe", "interval", "probing")
+
+    def __init__(self, first=False, patience=0):
+        self.runs_of = ([], [])  # the last WINDOW costs per op: usual way, alternative
+        self.first, self.patience = first, patience
+        self.runs, self.next_probe, self.interval, self.probing = 0, PROBE, PROBE, False
+
+    @property
+    def usual(self):
+        """The usual way's cost per op (seconds), None until measured."""
+        return min(self.runs_of[0], default=None)
+
+    @property
+    def other(self):
+        """The alternative's cost per op (seconds), None until measured."""
+        return min(self.runs_of[1], default=None)
+
+    def prefers_other(self):
+        """Whether the alternative is taken now (the first way until both are measured)."""
+        usual, other = self.usual, self.other
+        if usual is None or other is None:
+            return self.first
+        return other <= MARGIN * usual
+
+    def choose(self):
+        """The way the next run takes (True: the alternative); counts the run."""
+        if not self.runs_of[self.first] or self.patience > 0:
+            return self.first
+        if not self.runs_of[not self.first]:
+            return not self.first
+        self.runs += 1
+        best = self.prefers_other()
+        self.probing = self.runs >= self.next_probe
+        return best != self.probing
+
+    def measured(self, other, per_op):
+        """Records a run of the alternative (``other``) or the usual way costing ``per_op``
+        seconds per op; after a probe, sets when the next one comes."""
+        if other == self.first and self.patience > 0:
+            self.patience -= 1
+        runs = self.runs_of[bool(other)]
+        if self.probing:
+            runs.clear()
+        runs.append(per_op)
+        del runs[:-WINDOW]
+        if self.probing:
+            self.probing = False
+            won = self.prefers_other() == other
+            self.interval = PROBE if won else min(2 * self.interval, MAX_INTERVAL)
+            self.next_probe = self.runs + self.interval
+
+
+__all__ = ["Measured", "clock", "PROBE", "MARGIN", "MAX_INTERVAL", "WINDOW"]

@@ -1,0 +1,98 @@
+"""Whether a lazy step runs its structure's compiled plan or the eager way: measured per structure.
+
+A structure seen before compiles into a plan that fuses forward, backward and updates; a
+structure seen for the first time runs the eager way (``tape.backward._after_forward``: the
+forward in tape order, then the gradient kernels at once). The plan is the faster tier where it
+fuses or batches work (the LSTM and MLP benchmarks: 10-20% under eager mode), but a tape of many
+tiny ops that fuse little pays more for numbering the tape, replaying its backward and running
+the plan than the eager way does (the 200-op ``overhead`` chain: 1.2x eager mode's time). Lazy
+mode must never be slower than eager, so each step's tier is chosen by measuring both
+(``tape.measured_choice``: the plan first, for ``PATIENCE`` warm steps, then the eager way as
+the alternative, taken where it costs at most ``MARGIN`` of the plan).
+
+Steps are told apart by the lazy backwards of the global tape: a step is the time from one such
+backward to the next, when both have the same ``sketch`` (a structure's cheap stand-in) and
+nothing in between did work that a warm step does not do (``cold``: a plan compiled, a run
+interpreted, a backward learnt or a structure met for the first time). So a step's time includes
+its recording, both tiers' runs and the optimizer's update, and measures what the user waits for.
+A structure whose sketch was never seen always runs the eager way: nothing of it is cached yet.
+
+Costs are per process and in memory only; ``reset()`` forgets them (``tape.replay.forget``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tape.measured_choice import Measured, clock
+from tape.remembered import Remembered
+
+LIMIT = 256
+# Warm steps of the plan before the eager way is first tried: the plan's cost is the lowest of
+# a few steps (one may be slowed by a page fault or the collector), and a tape of 10^5 ops
+# takes a second a step.
+PATIENCE = 3
+_SKETCHES = Remembered(LIMIT)  # sketch -> Measured (True: the eager way), least recent first
+_COLD = [0]  # cold work done so far (see ``cold``)
+_open = threading.local()  # the step being timed: (sketch, eager way?, started, ops, cold)
+
+
+def sketch(tape, loss, retain_graph):
+    """A cheap stand-in for a tape's structural key (~0.1 us per op, numbering costs ~1.4 us):
+    its op definitions in order and the output shapes of its one-output ops, hashed, with the
+    loss's shape. Equal structures give equal sketches; different ones usually do not (not the
+    wiring, flags or attributes: the key compares those)."""
+    ops = tape._ops
+    return (
+        len(ops),
+        hash(tuple([None if op is None else op.defn for op in ops])),
+        hash(tuple([op.results[0].shape for op in ops if op is not None and op.defn.fast])),
+        loss.shape,
+        bool(retain_graph),
+    )
+
+
+def cold():
+    """Notes work a warm step does not do: the step being timed is not measured."""
+    _COLD[0] += 1
+
+
+def eager_way(sketched, ops):
+    """Whether the lazy step whose backward of a tape of ``ops`` ops (sketch ``sketched``) starts
+    now runs the eager way: a sketch never seen does (and is remembered), a known one as
+    measured. Ends the step the previous backward started, measuring it if it was warm."""
+    now = clock()
+    previous = getattr(_open, "step", None)
+    _open.step = None
+    if previous is not None:
+        earlier, eager, started, count, cold_at = previous
+        timed = _SKETCHES.get(earlier)
+        if timed is not None:
+            if earlier == sketched and cold_at == _COLD[0]:
+                timed.measured(eager, (now - started) / max(count, 1))
+            else:
+                timed.probing = False  # (a probe not measured: the next run probes again)
+    costs = _SKETCHES.get(sketched)
+    if costs is None:
+        _SKETCHES.put(sketched, Measured(first=False, patience=PATIENCE))
+        cold()
+        return True
+    _SKETCHES.move_to_end(sketched)
+    eager = costs.choose()
+    _open.step = (sketched, eager, now, ops, _COLD[0])
+    return eager
+
+
+def costs_of(sketched):
+    """(seconds per op of the plan, of the eager way), None where not measured: for explain."""
+    costs = _SKETCHES.get(sketched)
+    return (None, None) if costs is None else (costs.usual, costs.other)
+
+
+def reset():
+    """Forgets every structure's sketch and costs."""
+    _SKETCHES.clear()
+    _open.step = None
+
+
+__all__ = ["sketch", "cold", "eager_way", "costs_of", "reset"]
