@@ -304,8 +304,6 @@ def setup_hit(config, data):
     return step
 
 
-
-
 IMPLEMENTATIONS = {
     "numpy": setup_numpy,
     "fluidtape": setup_fluidtape,

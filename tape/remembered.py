@@ -36,5 +36,4 @@ class Remembered(collections.OrderedDict):
         return False
 
 
-
 __all__ = ["Remembered"]

@@ -41,6 +41,8 @@ _TEMPLATES = Remembered(64)  # templates kept (least recently used dropped): a f
 # scan itself (~20% of a first-sighting step of a per-example tree model), wasted on a graph
 # that follows the data and never repeats.
 _SEEN = Remembered(256)
+
+
 def forget():
     """Forgets every structure seen and template learnt (tests and benchmarks start afresh)."""
     _TEMPLATES.clear()
