@@ -253,17 +253,43 @@ def explain(tape=None) -> str:
         from tape.tape import get_global_tape
 
         tape = get_global_tape()
+    way = getattr(tape, "_eager_way", None)
     batched = getattr(tape, "_last_autobatch", None)
     choice = getattr(tape, "_last_choice", None)
+    lines = [] if way is None else [_explain_eager_way(way)]
     if batched is not None:
-        text = _explain_autobatch(*batched)
-        return text if choice is None else text + "\n" + _explain_choice(*choice)
+        lines.append(_explain_autobatch(*batched))
+    elif choice is not None or way is not None:
+        lines.append(
+            ("forward run in tape order" if way else "interpreted run") + ", not autobatched"
+        )
     if choice is not None:
-        return "interpreted run, not autobatched\n" + _explain_choice(*choice)
+        lines.append(_explain_choice(*choice))
+    if lines:
+        return "\n".join(lines)
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
     return pipeline.explain(compiled, CACHE)
+
+
+def _explain_eager_way(sketched):
+    """Why the last step ran the eager way, with the tiers' costs measured so far."""
+    plan, eager = tier_choice.costs_of(sketched)
+    if plan is None:
+        why = "a structure not compiled yet (seen for the first or second time)"
+    else:
+        measured = "not measured yet" if eager is None else f"{eager * 1e6:.2f} us"
+        cheaper = eager is not None and eager <= tier_choice.MARGIN * plan
+        why = (
+            f"{'cheaper' if cheaper else 'timed'} against "
+            f"its compiled plan (tape.tier_choice), per op: eager way {measured}, plan "
+            f"{plan * 1e6:.2f} us"
+        )
+    return (
+        "the last step ran the eager way: its forward in tape order, then its backward's "
+        f"kernels at once; {why}"
+    )
 
 
 def _explain_choice(batched, plain, batched_cost):
@@ -328,6 +354,7 @@ def _run_ended(tape):
 def _run_locked(tape, targets, choice=None, interpreted=False):
     """``choice``: ``autobatch="auto"``'s (model key, batched?) when the caller made it;
     ``interpreted``: a run that is not compiled (a cached plan is still used)."""
+    tape._eager_way = None
     optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
         scan = Trace(tape, targets, optional)

@@ -7,14 +7,15 @@ structure runs its compiled plan or the eager way (``tape.tier_choice``). Both k
 
 The two ways are named False (the usual one) and True (the alternative). Each is tried once,
 ``first`` first (and ``patience`` more times before the other); from then on each call takes
-the way whose cost per op is lower, the alternative only where it costs at most ``MARGIN`` of
-the usual way: where the two are close, a step's noise (+-30% here) would flip the choice back
-and forth. A way's cost is the lowest of its last ``WINDOW`` runs: noise here only ever adds
-time (another process, the garbage collector, a page fault), and an average would let one slow
-run make its way lose for a long time. The other way is probed again after ``PROBE`` runs (its
-old runs forgotten: they are stale); each probe it loses doubles that interval (up to
-``MAX_INTERVAL``), so a settled choice costs at most one run in ``MAX_INTERVAL`` the slower
-way, and a probe that wins switches the choice and resets the interval.
+the way whose cost per op is lower, the alternative only where it costs at most ``margin`` of
+the usual way (``MARGIN`` unless said otherwise): where the two are close, a step's noise
+(+-30% here) would flip the choice back and forth. A way's cost is the lowest of its last
+``WINDOW`` runs: noise here only ever adds time (another process, the garbage collector, a page
+fault), and an average would let one slow run make its way lose for a long time. The other way
+is probed again after ``PROBE`` runs (its old runs forgotten: they are stale); each probe it
+loses doubles that interval (up to ``MAX_INTERVAL``), so a settled choice costs at most one run
+in ``MAX_INTERVAL`` the slower way, and a probe that wins switches the choice and resets the
+interval.
 """
 
 from __future__ import annotations
@@ -33,11 +34,20 @@ class Measured:
     """One model's (or structure's) recent costs per op of the usual way and the alternative,
     and when the way not taken is probed next."""
 
-    __slots__ = ("runs_of", "first", "patience", "runs", "next_probe", "interval", "probing")
+    __slots__ = (
+        "runs_of",
+        "first",
+        "patience",
+        "margin",
+        "runs",
+        "next_probe",
+        "interval",
+        "probing",
+    )
 
-    def __init__(self, first=False, patience=0):
+    def __init__(self, first=False, patience=0, margin=MARGIN):
         self.runs_of = ([], [])  # the last WINDOW costs per op: usual way, alternative
-        self.first, self.patience = first, patience
+        self.first, self.patience, self.margin = first, patience, margin
         self.runs, self.next_probe, self.interval, self.probing = 0, PROBE, PROBE, False
 
     @property
@@ -55,7 +65,7 @@ class Measured:
         usual, other = self.usual, self.other
         if usual is None or other is None:
             return self.first
-        return other <= MARGIN * usual
+        return other <= self.margin * usual
 
     def choose(self):
         """The way the next run takes (True: the alternative); counts the run."""

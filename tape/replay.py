@@ -90,10 +90,12 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     still be a new structure (the same ops wired differently): then the numbering decides, and a
     structure is learnt from its third sighting instead of its second. A known structure also
     runs ``fresh()`` where that measured faster than its compiled plan (``tape.tier_choice``)."""
-    if fresh is not None and tier_choice.eager_way(
-        tier_choice.sketch(tape, loss, retain_graph), len(tape._ops)
-    ):
-        return fresh()
+    if fresh is not None:
+        sketched = tier_choice.sketch(tape, loss, retain_graph)
+        if tier_choice.eager_way(sketched, len(tape._ops)):
+            leaves = fresh()
+            tape._eager_way = sketched  # (for ``tape.explain``)
+            return leaves
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
@@ -112,7 +114,11 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
         return _replay(tape, numbering, variables, template)
     tier_choice.cold()  # (unless replayed: a first sighting of this key, or learning it)
     if not _SEEN.seen_before(key):
-        return scan() if fresh is None else fresh()
+        if fresh is None:
+            return scan()
+        leaves = fresh()
+        tape._eager_way = sketched
+        return leaves
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
     leaves = scan()
     template = _learn(tape, numbering, variables, before, leaves)

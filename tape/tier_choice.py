@@ -3,10 +3,12 @@
 A structure seen before compiles into a plan that fuses forward, backward and updates; a
 structure seen for the first time runs the eager way (``tape.backward._after_forward``: the
 forward in tape order, then the gradient kernels at once). The plan is the faster tier where it
-fuses or batches work (the LSTM and MLP benchmarks: 10-20% under eager mode), but a tape of many
-tiny ops that fuse little pays more for numbering the tape, replaying its backward and running
-the plan than the eager way does (the 200-op ``overhead`` chain: 1.2x eager mode's time). Lazy
-mode must never be slower than eager, so each step's tier is chosen by measuring both
+fuses or batches work (the unrolled LSTM: 0.75x eager mode's time), but a tape of many tiny ops
+that fuse little pays more for numbering the tape, replaying its backward and running the plan
+than the eager way does (the ``scaling`` chain of 4x4 ops: the plan 1.13-1.3x eager mode's time,
+the eager way 1.05-1.1x), and which wins is close elsewhere (the ``overhead`` chain of 8x8 ops:
+the plan, by 10%; the MLP: the eager way, by a few percent). Lazy mode must never be slower than
+eager, so each step's tier is chosen by measuring both
 (``tape.measured_choice``: the plan first, for ``PATIENCE`` warm steps, then the eager way as
 the alternative, taken where it costs at most ``MARGIN`` of the plan).
 
@@ -32,6 +34,11 @@ LIMIT = 256
 # a few steps (one may be slowed by a page fault or the collector), and a tape of 10^5 ops
 # takes a second a step.
 PATIENCE = 3
+# The eager way is taken where it costs at most this share of the plan. Lower than
+# autobatching's margin: the two tiers compute the same values (within rounding), so a choice
+# that flips between two close tiers costs nothing, and a plan 3-7% slower than the eager way
+# (the MLP benchmark) is worth leaving.
+MARGIN = 0.97
 _SKETCHES = Remembered(LIMIT)  # sketch -> Measured (True: the eager way), least recent first
 _COLD = [0]  # cold work done so far (see ``cold``)
 _open = threading.local()  # the step being timed: (sketch, eager way?, started, ops, cold)
@@ -74,7 +81,7 @@ def eager_way(sketched, ops):
                 timed.probing = False  # (a probe not measured: the next run probes again)
     costs = _SKETCHES.get(sketched)
     if costs is None:
-        _SKETCHES.put(sketched, Measured(first=False, patience=PATIENCE))
+        _SKETCHES.put(sketched, Measured(first=False, patience=PATIENCE, margin=MARGIN))
         cold()
         return True
     _SKETCHES.move_to_end(sketched)

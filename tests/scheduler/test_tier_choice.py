@@ -77,6 +77,12 @@ def test_a_repeated_structure_settles_on_the_tier_that_measured_faster(
     assert ways[3] is False  # compiled on the fourth
     assert ways[-5:] == [settles_on_eager_way] * 5
     assert True in ways[4:] and False in ways[4:]  # both tiers were timed
+    explained = tape.explain()
+    if settles_on_eager_way:
+        assert explained.startswith("the last step ran the eager way")
+        assert "cheaper against its compiled plan" in explained
+    else:
+        assert explained.startswith("ops kept")  # (the plan's account)
 
 
 def test_a_step_of_another_structure_in_between_is_not_measured(monkeypatch):
