@@ -19,6 +19,11 @@ interpreted, a backward learnt or a structure met for the first time). So a step
 its recording, both tiers' runs and the optimizer's update, and measures what the user waits for.
 A structure whose sketch was never seen always runs the eager way: nothing of it is cached yet.
 
+The tiers agree within the rounding of the plan's rewrites (which reorder sums), so a choice
+made by timing may change a result's last bits from one run of a script to the next;
+``tape.lazy(exact=True)`` makes both tiers equal eager mode bit for bit, and
+``compile=True`` always runs the plan.
+
 Costs are per process and in memory only; ``reset()`` forgets them (``tape.replay.forget``).
 """
 
