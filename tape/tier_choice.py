@@ -47,6 +47,7 @@ MARGIN = 0.97
 _SKETCHES = Remembered(LIMIT)  # sketch -> Measured (True: the eager way), least recent first
 _COLD = [0]  # cold work done so far (see ``cold``)
 _open = threading.local()  # the step being timed: (sketch, eager way?, started, ops, cold)
+_LOCK = threading.Lock()
 
 
 def sketch(tape, loss, retain_graph):
@@ -73,6 +74,11 @@ def eager_way(sketched, ops):
     """Whether the lazy step whose backward of a tape of ``ops`` ops (sketch ``sketched``) starts
     now runs the eager way: a sketch never seen does (and is remembered), a known one as
     measured. Ends the step the previous backward started, measuring it if it was warm."""
+    with _LOCK:  # (lazy steps of several threads share the table)
+        return _eager_way(sketched, ops)
+
+
+def _eager_way(sketched, ops):
     now = clock()
     previous = getattr(_open, "step", None)
     _open.step = None
@@ -103,8 +109,9 @@ def costs_of(sketched):
 
 def reset():
     """Forgets every structure's sketch and costs."""
-    _SKETCHES.clear()
-    _open.step = None
+    with _LOCK:
+        _SKETCHES.clear()
+        _open.step = None
 
 
 __all__ = ["sketch", "cold", "eager_way", "costs_of", "reset"]
