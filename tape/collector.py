@@ -1,4 +1,4 @@
-"""Pausing Python's cyclic garbage collector while a step builds and runs a large tape.
+"""Pausing Python's cyclic garbage collector while a lazy step builds and runs a large tape.
 
 A lazy step keeps every op it records alive until the step ends (a tape of 10^4-10^5 OpHandles,
 Variables and tuples), and the collector's full scans, triggered by allocation counts, walk all
@@ -11,11 +11,6 @@ phases (a lazy backward, a run) pause it too, re-entrantly and across threads. T
 bounded: a lazy tape that records ``STEP_LIMIT`` ops without running resumes collection, and
 cycles the user's code made meanwhile are collected as soon as it resumes. A collector the user
 disabled stays disabled.
-
-An eager step on the global tape is paused the same way, from its first recorded op until its
-backward drops the ops (or the tape is reset, or ``STEP_LIMIT`` ops were recorded): a
-per-example Tree-LSTM's eager step keeps ~40k ops alive until its backward, and the collector
-took 12-18% of it. A tape made by hand is never paused in eager mode.
 """
 
 from __future__ import annotations
