@@ -20,6 +20,7 @@ from ops.fusion_backends import (
     step_kernels,
     with_located_errors,
 )
+from ops.fusion_backends.block_program import recipe
 
 
 def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
@@ -44,9 +45,13 @@ def _generated(expression, xp):
     ins = ", ".join(f"i{k}" for k in range(len(expression.inputs)))
     lines = [f"def run({ins}):"]
     for j, ((kernel, attrs), step) in enumerate(zip(kernels, expression.steps)):
-        names[f"k{j}"], names[f"a{j}"] = kernel, attrs
-        args = ", ".join(_source(arg) for arg in step.args)
-        lines.append(f"    s{j} = k{j}(xp, a{j}, {args})")
+        calls = _ufunc_calls(expression, j, names) if xp is np else None
+        if calls is not None:
+            lines += calls
+        else:
+            names[f"k{j}"], names[f"a{j}"] = kernel, attrs
+            args = ", ".join(_source(arg) for arg in step.args)
+            lines.append(f"    s{j} = k{j}(xp, a{j}, {args})")
         if xp is np:  # kernels on 0-d arrays may return numpy scalars
             lines.append(f"    if s{j}.__class__ is not ndarray: s{j} = asarray(s{j})")
         if expression.size > 4096:  # (big values: free each after its last reader)
@@ -64,6 +69,43 @@ def _generated(expression, xp):
     run = names.pop("run")  # (not left in its own globals: a discarded kernel is no cycle)
     run.backend = "reference"
     return run
+
+
+def _ufunc_calls(expression, j, names):
+    """Step ``j`` as the numpy ufunc calls its kernel makes (``block_program.recipe``: the same
+    ufuncs on the same operands in the same order, so bit for bit the kernel's value), as lines
+    of source binding ``s{j}``; None where the step has no recipe (its kernel is called). On
+    small arrays the kernel's own Python (its wrapper, Paddle's axis rule) costs about as much
+    as the ufunc."""
+    n_in, step = len(expression.inputs), expression.steps[j]
+    shapes = [shape for shape, _ in expression.inputs] + list(expression.step_shapes)
+    dtypes = [np.dtype(d) for _, d in expression.inputs] + list(expression.step_dtypes)
+    refs = list(flat_refs(step.args))
+    slots = [k if kind == "in" else n_in + k for kind, k in refs]
+    calls = recipe(
+        step,
+        dtypes[n_in + j],
+        [shapes[s] for s in slots],
+        [dtypes[s] for s in slots],
+        shapes[n_in + j],
+    )
+    if calls is None:
+        return None
+    sources, made, lines = [_source(ref) for ref in refs], [], []
+    for index, (ufunc, operands) in enumerate(calls):
+        names[f"u_{ufunc}"] = getattr(np, ufunc)
+        args = []
+        for operand in operands:
+            if isinstance(operand, tuple):
+                args.append(sources[operand[1]] if operand[0] == "a" else made[operand[1]])
+            else:
+                constant = f"c{len(names)}"
+                names[constant] = operand
+                args.append(constant)
+        target = f"s{j}" if index == len(calls) - 1 else f"t{j}_{index}"
+        made.append(target)
+        lines.append(f"    {target} = u_{ufunc}({', '.join(args)})")
+    return lines
 
 
 def _source(arg):
