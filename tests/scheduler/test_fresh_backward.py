@@ -83,6 +83,34 @@ def test_a_new_structures_forward_runs_every_pending_op_as_eager_mode_would():
     np.testing.assert_array_equal(got, ops.exp(cell(tape.Variable(x))).numpy())
 
 
+@pytest.mark.parametrize("autobatch", ["auto", False])
+def test_a_new_structures_batch_norm_and_dropout_run_as_in_eager_mode(autobatch):
+    """In-place updates (batch norm's running statistics) and random draws (dropout) in a
+    first sighting's forward: the same values, statistics and gradients as eager mode, bit for
+    bit, step after step."""
+
+    def train(lazy):
+        tape.seed(3)
+        linear, norm, drop = layers.Linear(DIM, DIM), layers.BatchNorm(DIM), layers.Dropout(0.3)
+        rng = np.random.default_rng(5)
+        seen = []
+        for rows in (3, 5, 4):  # a new batch size, so a new structure, every step
+            x = tape.Variable(rng.standard_normal((rows, DIM)).astype(np.float32))
+            for p in linear.params() + norm.params():
+                p.clear_grad()
+            with tape.lazy(lazy, autobatch=autobatch):
+                tape.reset_global_tape()
+                loss = ops.tanh(drop(norm(linear(x)))).sum()
+                tape.backward(loss)
+                seen.append(loss.numpy().copy())
+                seen += [p.grad().numpy().copy() for p in linear.params() + norm.params()]
+            seen += [norm.running_mean.numpy().copy(), norm.running_var.numpy().copy()]
+        return seen
+
+    for got, want in zip(train(True), train(False), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_new_structure_is_known_new_by_its_sketch_without_numbering_the_tape(monkeypatch):
     numbered = []
     extend = structure.Structure.extend
