@@ -227,6 +227,8 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None, m
             raise
     if drop:
         tape.compact(lambda op: True)  # a loop that never resets the tape stays flat
+        if tape.steps_only:
+            collector.step_ended()  # (an eager step's ops are gone: tape.collector)
     return leaves
 
 

@@ -1,4 +1,4 @@
-"""Pausing Python's cyclic garbage collector while a lazy step builds and runs a large tape.
+"""Pausing Python's cyclic garbage collector while a step builds and runs a large tape.
 
 A lazy step keeps every op it records alive until the step ends (a tape of 10^4-10^5 OpHandles,
 Variables and tuples), and the collector's full scans, triggered by allocation counts, walk all
@@ -11,6 +11,12 @@ phases (a lazy backward, a run) pause it too, re-entrantly and across threads. T
 bounded: a lazy tape that records ``STEP_LIMIT`` ops without running resumes collection, and
 cycles the user's code made meanwhile are collected as soon as it resumes. A collector the user
 disabled stays disabled.
+
+An eager step on the global tape is paused the same way, from its first recorded op until its
+backward drops the ops, the tape is reset or ``EAGER_STEP_LIMIT`` ops were recorded (then it
+stays on until the next step): a per-example Tree-LSTM's eager step keeps ~40k ops alive until
+its backward, and the collector took 12-18% of it. A tape made by hand is never paused in eager
+mode.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ import gc
 import threading
 
 STEP_LIMIT = 1 << 20  # ops a lazy tape records with the collector paused, at most
+# Ops an eager global tape records with the collector paused, at most: no lazy block bounds an
+# eager step, and a tape that never reaches a backward or a reset (an evaluation run without
+# no_grad) must not keep the collector off for long. A per-example Tree-LSTM step records ~40k.
+EAGER_STEP_LIMIT = 1 << 16
 RUN_LIMIT = 8  # lazy runs in one pause, at most
 
 _LOCK = threading.Lock()

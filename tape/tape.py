@@ -317,7 +317,10 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         shape, dtype = descs
         out = Variable._make(value, shape, dtype, grad and dtype.kind in "fc")
         if grad or tape.record_all:
-            tape._ops.append(OpHandle(defn, args, (out,), attrs, None, len(tape._ops)))
+            ops = tape._ops
+            if len(ops) & EAGER_STEP_MASK == 0 and tape.steps_only:  # (a step's first op)
+                _step_mark(ops)
+            ops.append(OpHandle(defn, args, (out,), attrs, None, len(ops)))
         return out
     if defn.fast and given is None:
         # Lazy, one output: record only; the scheduler runs the kernel when a value is needed.
@@ -344,6 +347,8 @@ def record(tape, defn, args, attrs, given=None, observed=False):
             raise _kernel_error(defn, tape, err) from err
     results = _outputs(defn, descs, values, grad, given, args, tape)
     if grad or tape.record_all:
+        if not tape.lazy and len(tape._ops) & EAGER_STEP_MASK == 0 and tape.steps_only:
+            _step_mark(tape._ops)
         op = OpHandle(defn, args, results, attrs, None, len(tape._ops))
         tape._ops.append(op)
         if tape.lazy:
@@ -359,11 +364,13 @@ def record(tape, defn, args, attrs, given=None, observed=False):
 
 
 STEP_MASK = collector.STEP_LIMIT - 1
+EAGER_STEP_MASK = collector.EAGER_STEP_LIMIT - 1
 
 
 def _step_mark(pending):
-    """A lazy step starts (nothing pending): pause the collector for it (``tape.collector``);
-    or it has recorded ``STEP_LIMIT`` ops without running: resume it."""
+    """A step starts (nothing pending on a lazy tape, no op on an eager global tape): pause the
+    collector for it (``tape.collector``); or it has recorded ``STEP_LIMIT`` ops without
+    running (lazy) or without a backward (eager): resume it."""
     if pending:
         collector.step_ended()
     else:

@@ -83,9 +83,64 @@ def test_a_failing_lazy_run_leaves_the_collector_on(monkeypatch):
     assert gc.isenabled()
 
 
-def test_a_lazy_step_pauses_the_collector_from_its_first_op_until_the_tape_is_reset():
+def test_an_eager_step_pauses_the_collector_from_its_first_op_until_its_backward():
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    tape.reset_global_tape()
+    assert gc.isenabled()
+    loss = ops.tanh(w).sum()
+    assert not gc.isenabled()  # the step's tape grows: nothing to collect in it
+    tape.backward(loss)
+    assert gc.isenabled()  # the backward dropped the step's ops
+    ops.tanh(w)  # the next step's first op
+    assert not gc.isenabled()
+    tape.reset_global_tape()
+    assert gc.isenabled()
+
+
+def test_an_eager_tape_that_records_without_a_backward_resumes_collection(monkeypatch):
+    import tape.tape as engine
+
+    monkeypatch.setattr(engine, "EAGER_STEP_MASK", 7)  # a pause ends after 8 ops recorded
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    tape.reset_global_tape()
+    h = ops.tanh(w)
+    assert not gc.isenabled()
+    for _ in range(8):
+        h = ops.tanh(h)
+    assert gc.isenabled()
+    for _ in range(8):
+        h = ops.tanh(h)
+    assert gc.isenabled()  # (not paused again before the next step)
+
+
+def test_an_eager_step_without_backward_resumes_collection_at_the_reset():
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    tape.reset_global_tape()
+    ops.tanh(w)
+    assert not gc.isenabled()
+    tape.reset_global_tape()
+    assert gc.isenabled()
+
+
+def test_a_tape_made_by_hand_records_eagerly_with_the_collector_on():
+    own = tape.Tape()
+    own.add_op("tanh", inputs={"X": [tape.Variable(np.ones(3, np.float32), requires_grad=True)]})
+    assert gc.isenabled()
+
+
+def test_a_lazy_backward_that_ran_the_eager_way_ends_the_pause():
     w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
     with tape.lazy():
+        tape.reset_global_tape()
+        loss = ops.tanh(w).sum()
+        assert not gc.isenabled()
+        tape.backward(loss)  # (a structure seen for the first time: the eager way)
+        assert gc.isenabled()  # its ops are gone
+
+
+def test_a_lazy_step_pauses_the_collector_from_its_first_op_until_the_tape_is_reset():
+    w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
+    with tape.lazy(compile=True):  # (the backward's ops are recorded, to run in one plan)
         tape.reset_global_tape()
         assert gc.isenabled()
         loss = ops.tanh(w).sum()
