@@ -28,11 +28,12 @@ import weakref
 
 import numpy as np
 
-from ops.xp import _NDARRAY, array_module, default_module
+from ops.xp import _NDARRAY
 from tape import guard, instrument, rollback
 from tape.errors import ExecutionError, FluidError, GraphError
 from tape.passes import autobatch
 from tape.passes.plan import kernel_for
+from tape.trace import module_of
 from tape.transaction import uninterrupted
 from tape.variable import Failed, owner
 
@@ -89,7 +90,7 @@ def run_in_order(tape):
             pending = var._pending
             if pending is not tape and (pending is not None or var._value is None):
                 return False
-    xp = _module_of(ops)
+    xp = module_of(var for op in ops for var in op.input_vars())
     ops = list(ops)
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
     staged = {}
@@ -131,24 +132,21 @@ def _execute_in_order(ops, staged, xp):
                 out._value, out._pending = result, None
             else:
                 _general(op, kernel, op.attrs, xp, staged, is_numpy)
-    except FluidError as err:
-        raise err.with_context(name=op.name, location=op.location, op=op.type) from None
     except Exception as err:
-        raise ExecutionError(
-            op.type,
-            f"kernel failed: {type(err).__name__}: {err}",
-            name=op.name,
-            location=op.location,
-        ) from err
+        _raise_located(op, err)
 
 
-def _module_of(ops):
-    """The array module of the first input value among ``ops`` (numpy or cupy)."""
-    for op in ops:
-        for var in op.input_vars():
-            if var._value is not None:
-                return array_module(var._value)
-    return default_module()
+def _raise_located(op, err):
+    """Raises ``err``, which ``op``'s kernel raised, as an error naming the op and the user's
+    line: a library error with that context added, any other as an ExecutionError."""
+    if isinstance(err, FluidError):
+        raise err.with_context(name=op.name, location=op.location, op=op.type) from None
+    raise ExecutionError(
+        op.type,
+        f"kernel failed: {type(err).__name__}: {err}",
+        name=op.name,
+        location=op.location,
+    ) from err
 
 
 def _produced(ops):
@@ -402,17 +400,8 @@ def _execute(tape, decision, snapshot, staged, xp, variables):
                         var._pending = weakref.ref(tape)
                 var = None
             position += 1
-    except FluidError as err:
-        op = decision.ops[position]
-        raise err.with_context(name=op.name, location=op.location, op=op.type) from None
     except Exception as err:
-        op = decision.ops[position]
-        raise ExecutionError(
-            op.type,
-            f"kernel failed: {type(err).__name__}: {err}",
-            name=op.name,
-            location=op.location,
-        ) from err
+        _raise_located(decision.ops[position], err)
 
 
 def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic):
@@ -496,15 +485,8 @@ def _located_step(step, op, xp, staged, is_numpy):
             staged[id(out)] = (out, result)
         else:
             out._value, out._pending = result, None
-    except FluidError as err:
-        raise err.with_context(name=op.name, location=op.location, op=op.type) from None
     except Exception as err:
-        raise ExecutionError(
-            op.type,
-            f"kernel failed: {type(err).__name__}: {err}",
-            name=op.name,
-            location=op.location,
-        ) from err
+        _raise_located(op, err)
 
 
 def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
@@ -592,15 +574,10 @@ def _put(var, value, inputs, staged, is_numpy):
 def _commit(tape, decision, staged):
     for var, value in staged.values():
         var._value, var._pending = value, None
-    if len(decision.ops) == len(tape._pending_ops):  # (every pending op ran: a subset)
-        tape._pending_ops = []
-        ran = None
-    else:
-        ran = {id(op) for op in decision.ops}
-        tape._pending_ops = [op for op in tape._pending_ops if id(op) not in ran]
+    everything = len(decision.ops) == len(tape._pending_ops)  # (the ops that ran: a subset)
+    ran = None if everything and not tape._undo else {id(op) for op in decision.ops}
+    tape._pending_ops = [] if everything else [o for o in tape._pending_ops if id(o) not in ran]
     if tape._undo:
-        if ran is None:
-            ran = {id(op) for op in decision.ops}
         tape._undo = [(op, undo) for op, undo in tape._undo if id(op) not in ran]
     if staged:
         guard.note_writes(
@@ -610,4 +587,4 @@ def _commit(tape, decision, staged):
         )
 
 
-__all__ = ["run"]
+__all__ = ["run", "run_in_order"]

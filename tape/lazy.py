@@ -215,8 +215,7 @@ def run_before_backward(tape, loss):
     batching = None if options.exact else options.autobatch
     choice = None
     if batching == "auto":
-        key = autobatch_choice.model_key(tape._pending_ops)
-        choice = (key, autobatch_choice.choose(key))
+        choice = _choose(tape._pending_ops)
         batching = HEURISTICS[0] if choice[1] else None
     if batching is not None or not tape._pending_ops:
         _run(tape, [loss], choice, interpreted=True)
@@ -230,10 +229,7 @@ def run_before_backward(tape, loss):
                 return
             tape.maybe_compact()
             if choice is not None:
-                autobatch_choice.measured(
-                    choice[0], False, autobatch_choice.clock() - started, count
-                )
-                tape._last_choice = (False, *autobatch_choice.costs_of(choice[0]))
+                _measured(tape, choice, started, count)
             else:
                 tape._last_choice = None
     finally:
@@ -384,29 +380,36 @@ def _interpret(tape, scan, choice=None):
     choice already made for this run)."""
     tier_choice.cold()
     batching = None if options.exact else options.autobatch
-    key = None
     if batching == "auto":
-        key, batched = choice or (None, None)
-        if choice is None:
-            key = autobatch_choice.model_key(scan.pending)
-            batched = autobatch_choice.choose(key)
-        batching = HEURISTICS[0] if batched else None
+        choice = choice or _choose(scan.pending)
+        batching = HEURISTICS[0] if choice[1] else None
         started = autobatch_choice.clock()
     missing = interpret.run(tape, scan, batching)
     if missing is not None:
         return missing
     if options.autobatch == "auto" and not options.exact:
-        autobatch_choice.measured(
-            key, batched, autobatch_choice.clock() - started, len(scan.pending)
-        )
-        tape._last_choice = (batched, *autobatch_choice.costs_of(key))
-        if not autobatch_choice.prefers_batching(key):
+        _measured(tape, choice, started, len(scan.pending))
+        if not autobatch_choice.prefers_batching(choice[0]):
             return None
     else:
         tape._last_choice = None
     if batching is not None and _batched_well(tape):
         _BATCHED.put(scan.key)
     return None
+
+
+def _choose(pending):
+    """``autobatch="auto"``'s choice for a run of ``pending``: (its model's key, batched?)."""
+    key = autobatch_choice.model_key(pending)
+    return key, autobatch_choice.choose(key)
+
+
+def _measured(tape, choice, started, ops):
+    """Records the time since ``started`` of a run of ``ops`` ops made as ``choice`` said, and
+    the costs ``explain`` reports."""
+    key, batched = choice
+    autobatch_choice.measured(key, batched, autobatch_choice.clock() - started, ops)
+    tape._last_choice = (batched, *autobatch_choice.costs_of(key))
 
 
 _SEEN = Remembered(256)  # structures run once (interpreted), least recent first

@@ -93,9 +93,7 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     if fresh is not None:
         sketched = tier_choice.sketch(tape, loss, retain_graph)
         if tier_choice.eager_way(sketched, len(tape._ops)):
-            leaves = fresh()
-            tape._eager_way = sketched  # (for ``tape.explain``)
-            return leaves
+            return _the_eager_way(tape, fresh, sketched)
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
@@ -114,16 +112,19 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
         return _replay(tape, numbering, variables, template)
     tier_choice.cold()  # (unless replayed: a first sighting of this key, or learning it)
     if not _SEEN.seen_before(key):
-        if fresh is None:
-            return scan()
-        leaves = fresh()
-        tape._eager_way = sketched
-        return leaves
+        return scan() if fresh is None else _the_eager_way(tape, fresh, sketched)
     before = (len(tape._ops), len(tape._pending_ops), list(numbering.refs))
     leaves = scan()
     template = _learn(tape, numbering, variables, before, leaves)
     if template is not None:
         _TEMPLATES.put(key, template)
+    return leaves
+
+
+def _the_eager_way(tape, fresh, sketched):
+    """``fresh()``'s gradients, the step's sketch noted for ``tape.explain``."""
+    leaves = fresh()
+    tape._eager_way = sketched
     return leaves
 
 

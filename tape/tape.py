@@ -318,9 +318,10 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         out = Variable._make(value, shape, dtype, grad and dtype.kind in "fc")
         if grad or tape.record_all:
             ops = tape._ops
-            if len(ops) & EAGER_STEP_MASK == 0 and tape.steps_only:  # (a step's first op)
+            index = len(ops)
+            if index & EAGER_STEP_MASK == 0 and tape.steps_only:  # (a step's first op)
                 _step_mark(ops)
-            ops.append(OpHandle(defn, args, (out,), attrs, None, len(ops)))
+            ops.append(OpHandle(defn, args, (out,), attrs, None, index))
         return out
     if defn.fast and given is None:
         # Lazy, one output: record only; the scheduler runs the kernel when a value is needed.

@@ -97,20 +97,24 @@ def test_an_eager_step_pauses_the_collector_from_its_first_op_until_its_backward
     assert gc.isenabled()
 
 
-def test_an_eager_tape_that_records_without_a_backward_resumes_collection(monkeypatch):
+@pytest.mark.parametrize("lazy, mask", [(False, "EAGER_STEP_MASK"), (True, "STEP_MASK")])
+def test_a_tape_that_records_without_running_or_a_backward_resumes_collection(
+    monkeypatch, lazy, mask
+):
     import tape.tape as engine
 
-    monkeypatch.setattr(engine, "EAGER_STEP_MASK", 7)  # a pause ends after 8 ops recorded
+    monkeypatch.setattr(engine, mask, 7)  # a pause ends after 8 ops recorded
     w = tape.Variable(np.ones((2, 2), np.float32), requires_grad=True)
-    tape.reset_global_tape()
-    h = ops.tanh(w)
-    assert not gc.isenabled()
-    for _ in range(8):
-        h = ops.tanh(h)
-    assert gc.isenabled()
-    for _ in range(8):
-        h = ops.tanh(h)
-    assert gc.isenabled()  # (not paused again before the next step)
+    with tape.lazy(lazy):
+        tape.reset_global_tape()
+        h = ops.tanh(w)
+        assert not gc.isenabled()
+        for _ in range(8):
+            h = ops.tanh(h)
+        assert gc.isenabled()
+        for _ in range(8):
+            h = ops.tanh(h)
+        assert gc.isenabled()  # (not paused again before the next step)
 
 
 def test_an_eager_step_without_backward_resumes_collection_at_the_reset():
@@ -160,20 +164,6 @@ def test_a_loop_that_never_resets_its_tape_resumes_collection_after_a_few_runs()
         tape.reset_global_tape()
         for _ in range(collector.RUN_LIMIT):
             assert ops.tanh(w).sum().numpy() > 0
-        assert gc.isenabled()
-
-
-def test_a_lazy_tape_that_records_without_running_resumes_collection(monkeypatch):
-    import tape.tape as engine
-
-    monkeypatch.setattr(engine, "STEP_MASK", 7)  # a pause ends after 8 ops recorded
-    w = tape.Variable(np.ones((2, 2), np.float32))
-    with tape.lazy():
-        tape.reset_global_tape()
-        h = ops.tanh(w)
-        assert not gc.isenabled()
-        for _ in range(8):
-            h = ops.tanh(h)
         assert gc.isenabled()
 
 
