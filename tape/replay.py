@@ -27,7 +27,7 @@ from __future__ import annotations
 import operator
 import weakref
 
-from tape import tier_choice
+from tape import step_program, tier_choice
 from tape.errors import user_location
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
@@ -76,6 +76,7 @@ class Template:
         "released",
         "leaves",
         "makers",
+        "program",
     )
 
 
@@ -89,7 +90,9 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     is not numbered (~1.4 us per op, a sixth of an eager step of small ops). A known sketch may
     still be a new structure (the same ops wired differently): then the numbering decides, and a
     structure is learnt from its third sighting instead of its second. A known structure also
-    runs ``fresh()`` where that measured faster than its compiled plan (``tape.tier_choice``)."""
+    runs ``fresh()`` where that measured faster than its compiled plan (``tape.tier_choice``).
+    A known structure's step in a ``tape.lazy()`` block runs whole, forward and backward as one
+    plan, once that plan is learnt (``tape.step_program``): no gradient op is recorded."""
     if fresh is not None:
         sketched = tier_choice.sketch(tape, loss, retain_graph)
         if tier_choice.eager_way(sketched, len(tape._ops)):
@@ -109,7 +112,16 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     )
     template = _TEMPLATES.get_recent(key)
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
-        return _replay(tape, numbering, variables, template)
+        whole = step_program.usable(tape, retain_graph)
+        if whole and template.program:
+            leaves = step_program.run(tape, numbering, variables, template)
+            if leaves is not None:
+                return leaves
+        first_op = len(tape._ops)
+        leaves = _replay(tape, numbering, variables, template)
+        if whole and template.program is None:
+            step_program.learn(tape, template, leaves, len(variables), first_op)
+        return leaves
     tier_choice.cold()  # (unless replayed: a first sighting of this key, or learning it)
     if not _SEEN.seen_before(key):
         return scan() if fresh is None else _the_eager_way(tape, fresh, sketched)
@@ -199,7 +211,7 @@ def _learn(tape, numbering, variables, before, leaves):
     numbering.extend()
     index, first_new = numbering.index, len(variables)
     template, news = Template(), []
-    template.ops = []
+    template.ops, template.program = [], None
     for op in ops[first_op:]:
         ins = tuple(_slots(index, entry) for entry in op.args)
         consts = list(_new_inputs(op, ins, first_new + len(news)))

@@ -43,7 +43,7 @@ def _step(w, x, clock=None, costs=None, **options):
         for _ in range(3):
             h = ops.tanh(h @ w)
         tape.backward(h.sum())
-        eager_way = not t.ops  # (the eager way drops each op once its gradient ran)
+        eager_way = getattr(t, "_eager_way", None) is not None
         grad = w.grad().numpy().copy()
     if clock is not None:
         clock.now += costs[eager_way]
