@@ -273,7 +273,17 @@ def _lazy(config, data, options, fresh):
 
 
 def setup_miss(config, data):
-    """Lazy mode, a structure not seen lately every step (interpreted)."""
+    """Lazy mode, a structure not seen lately every step: the first steps run here, untimed,
+    the lazy way (interpreted), and the next ones eagerly, as lazy mode speculates for a model
+    whose every recent step was new (tape.eager_speculation): a training loop's steady state."""
+    from tape import eager_speculation
+
+    if config["model"] == "chain":  # (warmed on other structures: the timed steps' stay new)
+        warm = _lazy(dict(config, n_ops=config["n_ops"] - 3), data, {}, fresh=True)
+    else:
+        warm = _lazy(config, dict(data, seed=data["seed"] + 1), {}, fresh=True)
+    for _ in range(eager_speculation.STREAK):
+        warm()
     return _lazy(config, data, {}, fresh=True)
 
 

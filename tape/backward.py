@@ -18,7 +18,17 @@ import numpy as np
 
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape import backward_faults, collector, grad_memo, guard, instrument, replay, stale
+from tape import (
+    backward_faults,
+    collector,
+    eager_speculation,
+    grad_memo,
+    guard,
+    instrument,
+    replay,
+    stale,
+    tier_choice,
+)
 from tape.errors import GraphError, InputError, user_location
 from tape.guard import SHARED
 from tape.tape import apply, run_trusted, state
@@ -104,6 +114,9 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
             return _after_forward(tape, loss, retain_graph, progress)
         return _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress)
     _check_loss(loss)
+    if tape.speculated and not tape.lazy and seed is None and wanted is None:
+        # (an eager step in a lazy block: its structure's sketch says whether it repeats)
+        eager_speculation.eager_step(tier_choice.sketch(tape, loss, retain_graph))
     # (gradient hooks need the scan: it sees each leaf's last reader)
     # (observers attribute each gradient op to its forward op: the makers must run)
     replayable = (

@@ -36,6 +36,7 @@ from ops.xp import to_numpy
 from tape import (
     autobatch_choice,
     collector,
+    eager_speculation,
     guard,
     instrument,
     interpret,
@@ -218,6 +219,10 @@ def run_before_backward(tape, loss):
     if batching == "auto":
         choice = _choose(tape._pending_ops)
         batching = HEURISTICS[0] if choice[1] else None
+    # (whether a model with this step's forward may be speculated eager: tape.eager_speculation)
+    tape._unbatched_forward = batching is None and (
+        choice is None or not autobatch_choice.prefers_batching(choice[0])
+    )
     if batching is not None or not tape._pending_ops:
         _run(tape, [loss], choice, interpreted=True)
         return
@@ -250,6 +255,12 @@ def explain(tape=None) -> str:
         from tape.tape import get_global_tape
 
         tape = get_global_tape()
+    if tape.speculated and not tape.lazy:
+        return (
+            "the last step recorded eagerly: the structures of the steps before it were all new "
+            f"({eager_speculation.streak()} in a row; tape.eager_speculation), so it ran as eager "
+            "mode runs it"
+        )
     way = getattr(tape, "_eager_way", None)
     batched = getattr(tape, "_last_autobatch", None)
     choice = getattr(tape, "_last_choice", None)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import operator
 import weakref
 
-from tape import step_program, tier_choice
+from tape import eager_speculation, step_program, tier_choice
 from tape.errors import user_location
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
@@ -44,7 +44,8 @@ _SEEN = Remembered(256)
 
 
 def forget():
-    """Forgets every structure seen and template learnt (tests and benchmarks start afresh)."""
+    """Forgets every structure seen and template learnt (tests and benchmarks start afresh; a
+    streak of new structures, ``tape.eager_speculation``, stays: forgetting makes more)."""
     _TEMPLATES.clear()
     _SEEN.clear()
     tier_choice.reset()
@@ -95,8 +96,11 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     plan, once that plan is learnt (``tape.step_program``): no gradient op is recorded."""
     if fresh is not None:
         sketched = tier_choice.sketch(tape, loss, retain_graph)
+        new = not tier_choice.known(sketched)
+        if not new:
+            eager_speculation.lazy_step(False)
         if tier_choice.eager_way(sketched, len(tape._ops)):
-            return _the_eager_way(tape, fresh, sketched)
+            return _the_eager_way(tape, fresh, sketched, new)
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
@@ -133,10 +137,13 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     return leaves
 
 
-def _the_eager_way(tape, fresh, sketched):
-    """``fresh()``'s gradients, the step's sketch noted for ``tape.explain``."""
+def _the_eager_way(tape, fresh, sketched, new=False):
+    """``fresh()``'s gradients, the step's sketch noted for ``tape.explain`` and, for a ``new``
+    structure, for ``tape.eager_speculation``."""
     leaves = fresh()
     tape._eager_way = sketched
+    if new:
+        eager_speculation.lazy_step(tape._unbatched_forward)
     return leaves
 
 

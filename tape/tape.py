@@ -15,7 +15,7 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import collector, guard, stale, transaction
+from tape import collector, eager_speculation, guard, stale, transaction
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
@@ -52,6 +52,9 @@ class Tape:
         # A thread's global tape (get_global_tape, reset_global_tape), which only runs the
         # user's steps; a Tape made by hand may also become a Program (Program.from_tape).
         self.steps_only = False
+        # A global tape that records eagerly in a lazy block (tape.eager_speculation), and
+        # whether a lazy step's forward ran unbatched (set by its run before the backward).
+        self.speculated = self._unbatched_forward = False
         guard.register(self)
 
     @property
@@ -214,9 +217,11 @@ def reset_global_tape() -> Tape:
 
 
 def _steps_tape():
-    """A new global tape for this thread (lazy when a ``tape.lazy()`` block is open)."""
-    tape = Tape(lazy=state.lazy)
-    tape.steps_only = True
+    """A new global tape for this thread: lazy when a ``tape.lazy()`` block is open, unless
+    the model's recent steps were all new structures (``tape.eager_speculation``)."""
+    speculated = state.lazy and eager_speculation.next_step_eager()
+    tape = Tape(lazy=state.lazy and not speculated)
+    tape.steps_only, tape.speculated = True, speculated
     return tape
 
 

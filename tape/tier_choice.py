@@ -101,6 +101,31 @@ def _eager_way(sketched, ops):
     return eager
 
 
+def known(sketched):
+    """Whether a lazy backward met this sketch before (and it is still remembered)."""
+    with _LOCK:
+        return sketched in _SKETCHES
+
+
+def seen(sketched):
+    """Notes a sketch met by an eager step that lazy mode speculated (``tape.eager_speculation``):
+    returns whether it was known; a new one is remembered as a first sighting is. The step the
+    previous lazy backward started ends unmeasured."""
+    with _LOCK:
+        previous = getattr(_open, "step", None)
+        _open.step = None
+        if previous is not None:
+            timed = _SKETCHES.get(previous[0])
+            if timed is not None:
+                timed.probing = False
+        if sketched in _SKETCHES:
+            _SKETCHES.move_to_end(sketched)
+            return True
+        _SKETCHES.put(sketched, Measured(first=False, patience=PATIENCE, margin=MARGIN))
+        cold()
+        return False
+
+
 def costs_of(sketched):
     """(seconds per op of the plan, of the eager way), None where not measured: for explain."""
     costs = _SKETCHES.get(sketched)
@@ -114,4 +139,4 @@ def reset():
         _open.step = None
 
 
-__all__ = ["sketch", "cold", "eager_way", "costs_of", "reset"]
+__all__ = ["sketch", "cold", "eager_way", "known", "seen", "costs_of", "reset"]

@@ -65,7 +65,8 @@ _KEPT_SHARED = set()
 def _autobatch_costs_forgotten():
     """``autobatch="auto"`` chooses by the costs earlier runs measured (``tape.autobatch_choice``):
     each test starts with none, so its first interpreted run autobatches, as a new model's does."""
-    from tape import autobatch_choice
+    from tape import autobatch_choice, eager_speculation
 
     autobatch_choice.reset()
+    eager_speculation.reset()  # (nor a streak of new structures: no step starts eager)
     yield
