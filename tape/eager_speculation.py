@@ -8,12 +8,12 @@ recorded (the ``scaling`` and per-example benchmarks), and buys nothing when the
 structure is new again: nothing is learnt, nothing batched. A DyNet-style model whose graph
 follows the data (trees, parses, sentences) is such a model at every step.
 
-So after ``STREAK`` lazy steps in a row whose structures were new and whose forward ran
+So after a lazy step (``STREAK`` in a row) whose structure was new and whose forward ran
 unbatched (autobatching off, or ``autobatch="auto"`` having measured the unbatched run cheaper
 for the model), ``reset_global_tape()`` in the ``tape.lazy()`` block makes an eager tape: the
 step runs as eager mode runs it, values and gradients bit for bit. Its backward still takes the
 structure's sketch (``tape.tier_choice``), so a structure that starts to repeat is noticed: a
-known sketch ends the speculation and the next step records lazily again, on the way to its
+known sketch ends the streak and the next step records lazily again, on the way to its
 compiled plan. Every ``PROBE``-th speculated step records lazily anyway, so autobatching's
 choice is measured again now and then. ``tape.explain()`` says when a step was speculated.
 
@@ -27,7 +27,10 @@ import threading
 
 from tape import tier_choice
 
-STREAK = 2  # new, unbatched lazy steps in a row before the next one records eagerly
+# New, unbatched lazy steps in a row before the next one records eagerly. One: a wrong guess
+# (the next structure repeats) costs an eager step instead of the eager way's (about the same)
+# and delays the structure's compiled plan by a step.
+STREAK = 1
 PROBE = 32  # every PROBE-th speculated step records lazily instead
 
 _state = threading.local()  # (this thread's streak, its speculated steps)

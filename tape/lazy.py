@@ -10,7 +10,8 @@ ops released; they run with the next request, so a training step usually runs as
 each forward activation is freed right after its last gradient op. (A structure seen for the
 first time runs its forward at ``backward`` and differentiates the eager way instead:
 ``tape.backward._after_forward``; a structure whose whole step's plan is known runs that plan
-at ``backward``, recording no gradient op: ``tape.step_program``.)
+at ``backward``, recording no gradient op: ``tape.step_program``; and after a streak of new
+structures, the block's next global tape records eagerly: ``tape.eager_speculation``.)
 Asking for one leaf's gradient computes every pending leaf gradient the user still holds in the
 same run (an optimizer, or a loop over ``p.grad()``, reads them all next).
 ``reset_global_tape()`` first runs what the old tape still owes (its side effects).

@@ -1,16 +1,16 @@
 """Whether a lazy step runs its structure's compiled plan or the eager way: measured per structure.
 
-A structure seen before compiles into a plan that fuses forward, backward and updates; a
-structure seen for the first time runs the eager way (``tape.backward._after_forward``: the
-forward in tape order, then the gradient kernels at once). The plan is the faster tier where it
-fuses or batches work (the unrolled LSTM: 0.75x eager mode's time), but a tape of many tiny ops
-that fuse little pays more for numbering the tape, replaying its backward and running the plan
-than the eager way does (the ``scaling`` chain of 4x4 ops: the plan 1.13-1.3x eager mode's time,
-the eager way 1.05-1.1x), and which wins is close elsewhere (the ``overhead`` chain of 8x8 ops:
-the plan, by 10%; the MLP: the eager way, by a few percent). Lazy mode must never be slower than
-eager, so each step's tier is chosen by measuring both
-(``tape.measured_choice``: the plan first, for ``PATIENCE`` warm steps, then the eager way as
-the alternative, taken where it costs at most ``MARGIN`` of the plan).
+A structure seen before compiles into a plan that fuses forward and backward (and, under
+``compile=True``, the updates); a structure seen for the first time runs the eager way
+(``tape.backward._after_forward``: the forward in tape order, then the gradient kernels at
+once). The plan is the faster tier where it fuses or batches work (the unrolled LSTM: 0.75x
+eager mode's time), and since a known step runs its plan whole at the backward without recording
+gradient ops (``tape.step_program``) it also wins on tapes of tiny ops (the ``scaling`` chain of
+4x4 ops: 0.8-0.95x eager mode's time; before, when numbering and replaying the gradient ops,
+1.13-1.3x against the eager way's 1.05-1.1x). Which wins can still be close (the MLP: within a
+few percent). Lazy mode must never be slower than eager, so each step's tier is chosen by
+measuring both (``tape.measured_choice``: the plan first, for ``PATIENCE`` warm steps, then the
+eager way as the alternative, taken where it costs at most ``MARGIN`` of the plan).
 
 Steps are told apart by the lazy backwards of the global tape: a step is the time from one such
 backward to the next, when both have the same ``sketch`` (a structure's cheap stand-in) and

@@ -27,6 +27,15 @@ def lazy_tier(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture
+def no_speculation(monkeypatch):
+    """Every lazy step records lazily: no streak of new structures makes a step record eagerly
+    (``tape.eager_speculation``), for tests of the lazy tiers a structure goes through."""
+    from tape import eager_speculation
+
+    monkeypatch.setattr(eager_speculation, "STREAK", 1 << 30)
+
+
 @pytest.fixture(autouse=True)
 def _collector_resumed():
     """A test that leaves a lazy step unfinished (its tape never reset) must not leave the

@@ -70,9 +70,9 @@ def test_after_a_streak_of_new_structures_a_step_records_eagerly_with_eager_resu
 
 def test_a_structure_that_repeats_ends_the_speculation():
     model = _model()
-    for length in (1, 2, 3):  # (the third is speculated)
+    for length in range(1, eager_speculation.STREAK + 2):  # (the last is speculated)
         _step(model, length, autobatch=False)
-    _, _, repeated = _step(model, 3, autobatch=False)  # its sketch is known: the streak ends
+    _, _, repeated = _step(model, 1, autobatch=False)  # its sketch is known: the streak ends
     assert _speculated(repeated)
     _, _, after = _step(model, 3, autobatch=False)
     assert not _speculated(after)
@@ -82,10 +82,10 @@ def test_every_probe_th_speculated_step_records_lazily(monkeypatch):
     monkeypatch.setattr(eager_speculation, "PROBE", 3)
     model = _model()
     tapes = [_step(model, length, autobatch=False)[2] for length in range(1, 10)]
-    # two lazy steps make the streak; then each third speculated step is a lazy probe
-    assert [_speculated(t) for t in tapes] == [
-        False, False, True, True, False, True, True, False, True,
-    ]  # fmt: skip
+    # lazy steps make the streak; then each third speculated step is a lazy probe
+    streak = eager_speculation.STREAK
+    assert [_speculated(t) for t in tapes[streak:]] == ([True, True, False] * 3)[: 9 - streak]
+    assert not any(_speculated(t) for t in tapes[:streak])
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ import optim
 import tape
 from tape import replay, structure, tier_choice
 
+pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+
 DIM = 4
 
 

@@ -15,6 +15,8 @@ import tape
 from ops.registry import register, unregister
 from tape import replay, tier_choice
 
+pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+
 DIM = 5
 WARM = 8  # steps before the step program runs: first sightings, learning, compiling, timing
 

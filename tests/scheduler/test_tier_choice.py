@@ -11,6 +11,8 @@ import tape
 from tape import measured_choice, replay, tier_choice
 from tape.measured_choice import MARGIN, WINDOW, Measured
 
+pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+
 lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
 
 
