@@ -9,7 +9,7 @@ activations backward needs (each layer's input and the output error).
 
     python -m benchmarks.bench_memory [--impls numpy,torch,autograd,fluidtape,fluidtape-lazy]
 
-``fluidtape-lazy`` is a first step (interpreted), ``fluidtape-lazy-warm`` the fifth step of the
+``fluidtape-lazy`` is a first step (interpreted), ``fluidtape-lazy-warm`` the sixth step of the
 same process, a cached compiled plan (what a training loop runs from then on; its peak includes
 whatever the first steps left resident).
 
@@ -189,10 +189,11 @@ SETUPS = {
 }
 
 
-def _warmed(step, steps=4):
-    """``step`` after ``steps`` untimed steps: lazy mode's steady state, the compiled plan of a
-    structure seen before (the first two steps run their backward the eager way, the third
-    records it and is interpreted, the fourth compiles: see ``tape.replay``)."""
+def _warmed(step, steps=5):
+    """``step`` after ``steps`` untimed steps: lazy mode's steady state, a structure seen
+    before run whole at its backward (the first two steps run their backward the eager way, the
+    third records it and is interpreted, the fourth compiles the whole step, the fifth is the
+    first to run it: see ``tape.replay`` and ``tape.step_program``)."""
     for _ in range(steps):
         step()
     return step

@@ -143,7 +143,7 @@ class Optimizer(BoundParams):
                 grads = [grad for _, grad in pairs]
                 del pairs[:]
                 for index, state in enumerate(states):
-                    reuse = not tape.lazy and _sole_holder(grads, index)
+                    reuse = _sole_holder(grads, index)
                     self._record(tape, defn, attrs, state, grads[index], reuse)
                     grads[index] = None
                     state.step += 1
@@ -306,11 +306,15 @@ def _plan(defn, param, state):
 
 def _sole_holder(grads, index):
     """Whether ``grads`` is all that holds gradient ``grads[index]`` and its buffer (an owned,
-    writable numpy array): then the update may compute the new parameter in that buffer."""
+    writable numpy array): then the update may compute the new parameter in that buffer. In
+    lazy mode too, where a gradient was computed at the backward (the eager way, or a step run
+    whole: ``tape.step_program``): nothing can read it before the update runs; a pending one
+    is left to the run, which donates it where nothing reads it after (``tape.interpret``)."""
     var = grads[index]
     value = var._value
     return (
-        value.__class__ is np.ndarray
+        var._pending is None
+        and value.__class__ is np.ndarray
         and value.base is None
         and value.flags.writeable
         and sys.getrefcount(var) == 3  # grads, var, the argument

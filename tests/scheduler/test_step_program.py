@@ -4,6 +4,7 @@ the leaves' gradients computed and the released ops dropped, and gives eager mod
 anything the plan cannot run whole goes the usual way, and a failed run changes nothing."""
 
 import importlib
+import weakref
 
 import numpy as np
 import pytest
@@ -222,3 +223,25 @@ def test_an_op_no_gradient_reaches_stays_on_the_tape_with_its_value():
     x = np.arange(DIM, dtype=np.float32)
     want = x * (1 - np.tanh(x * 0.5) ** 2) * np.maximum(x - 2.0, 0.0)
     np.testing.assert_allclose(grad, want, rtol=1e-5)
+
+
+def test_an_update_after_a_whole_step_computes_the_parameters_in_the_gradients_buffers():
+    """The gradients a whole step computed are the optimizer's alone once it consumes them: the
+    update writes the new values into their buffers, as an eager step does (no parameter-sized
+    allocation, no gradient kept alive by the ran update until the next step)."""
+    model, x = _model(), _inputs()
+    opt = optim.SGD(_params(model), lr=0.1)
+    for step in range(WARM + 1):
+        tape.seed(step)
+        with tape.lazy(autobatch=False):
+            t = tape.reset_global_tape()
+            tape.backward(_forward(model, x, None))
+            # (weakly: a reference here would make the buffer not the optimizer's alone; on
+            # the last, whole step: an earlier one's gradients may still be pending)
+            if step == WARM:
+                buffers = [weakref.ref(p.grad()._value) for p in _params(model)]
+            opt.step()
+            t.realize(_params(model))
+    reused = [p._value is buffer() for p, buffer in zip(_params(model), buffers, strict=True)]
+    # (the weights' gradients; a bias's is a reshaped view of a sum: not an owned buffer)
+    assert reused == [p.ndim == 2 for p in _params(model)]
