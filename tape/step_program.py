@@ -33,9 +33,9 @@ from tape.variable import Variable
 
 
 class Program:
-    """A whole step's plan and how to bind it: ``key``, its analysis's key in the plan cache
-    (which holds it: clearing the cache drops it, as it drops every plan); ``entry``, that
-    analysis when learnt.
+    """A whole step's plan and how to bind it, learnt from its analysis ``entry``: ``key``,
+    that analysis's key in the plan cache, which holds it (clearing the cache drops it, as it
+    drops every plan: a plan holds the kernels it was built with).
 
     ``at``: the tape indices of the forward ops pending at the backward; ``kept``: those of the
     ops the backward does not release (no gradient reaches them: they stay on the tape, as the
