@@ -14,7 +14,9 @@ trees are still written one at a time, but the ops of all trees of a mini-batch 
 same signature and do not depend on each other (every leaf lookup, every composer product at
 one depth, and their gradients) can run as one batched kernel call (DyNet's on-the-fly
 batching). Lazy mode's default ``autobatch="auto"`` keeps batching only while it measures
-faster than running the ops one at a time (on this model's small vectors it usually does not).
+faster than running the ops one at a time (on this model's small vectors it usually does not),
+and where it does not, a mini-batch of new trees after another records eagerly: nothing of it
+could be reused (``tape.eager_speculation``), so lazy training runs at eager mode's speed.
 It first times a few steps each way and prints both speeds.
 
 Run (about 50 s on 2 cores):
