@@ -522,11 +522,7 @@ def _execute(tape, scan, entry):
             committed = True
     except BaseException as err:
         if not committed:
-            computed = {
-                id(variables[s]): vals[s]
-                for s in compiled.produced
-                if s < len(variables) and vals[s] is not None  # (not a rewrite's own)
-            }
+            computed = rollback.computed_values(variables, compiled.produced, vals, len(variables))
             rollback.abort(tape, [scan.pending[i] for i in entry.ran], err, snapshot, computed)
         raise
     if check is not None:

@@ -43,6 +43,13 @@ class Snapshot:
         var._value = None
 
 
+def computed_values(variables, produced, vals, limit):
+    """``abort``'s ``computed``: {id of Variable: value} for the slots among ``produced`` below
+    ``limit`` (a rewrite's own slots, or a plan's gradient slots, have no Variable) that the
+    failed run had computed, out of its slot values ``vals``."""
+    return {id(variables[s]): vals[s] for s in produced if s < limit and vals[s] is not None}
+
+
 def abort(tape, ops, error, snapshot, computed):
     """Drops ``ops`` (the failed run's recorded ops) from ``tape`` and undoes what the run did
     to the tape's state (see the module docstring); ``computed`` maps ids of Variables to the

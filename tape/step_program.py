@@ -170,11 +170,7 @@ def _run(tape, variables, program, entry, refs, released):
             committed = True
     except BaseException as err:
         if not committed:
-            computed = {
-                id(variables[s]): vals[s]
-                for s in compiled.produced
-                if s < forward and vals[s] is not None
-            }
+            computed = rollback.computed_values(variables, compiled.produced, vals, forward)
             rollback.abort(tape, list(pending), err, snapshot, computed)
         raise
     return leaves

@@ -3,26 +3,17 @@ structures whose forward ran unbatched, the next global tape of the lazy block r
 and gives eager mode's values bit for bit; a structure that repeats, a probe, or options that
 batch or compile send steps back to lazy recording."""
 
-import importlib
-
 import numpy as np
 import pytest
 
 import layers
 import ops
 import tape
-from tape import autobatch_choice, eager_speculation, replay
+from tape import autobatch_choice, eager_speculation
+
+pytestmark = pytest.mark.usefixtures("structures_forgotten")
 
 DIM = 4
-
-
-@pytest.fixture(autouse=True)
-def _forget_structures():
-    lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
-    for forget in (replay.forget, lazy_module._SEEN.clear, lazy_module._BATCHED.clear):
-        forget()
-    yield
-    replay.forget()
 
 
 def _model():

@@ -2,8 +2,6 @@
 forward runs, then the reverse scan the eager way, so the step costs what eager mode's does and
 gives its gradients bit for bit; a structure seen again records its gradient ops and compiles."""
 
-import importlib
-
 import numpy as np
 import pytest
 
@@ -11,20 +9,12 @@ import layers
 import ops
 import optim
 import tape
-from tape import replay, structure, tier_choice
+from tape import structure, tier_choice
 
-pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+# (speculation has its own tests: test_eager_speculation)
+pytestmark = pytest.mark.usefixtures("no_speculation", "structures_forgotten")
 
 DIM = 4
-
-
-@pytest.fixture(autouse=True)
-def _forget_structures():
-    lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
-    for forget in (replay.forget, lazy_module._SEEN.clear, lazy_module._BATCHED.clear):
-        forget()
-    yield
-    replay.forget()
 
 
 def _model(seed=0):

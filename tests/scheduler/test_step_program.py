@@ -3,7 +3,6 @@ plan are learnt, a step records no gradient op, runs forward and backward as one
 the leaves' gradients computed and the released ops dropped, and gives eager mode's values;
 anything the plan cannot run whole goes the usual way, and a failed run changes nothing."""
 
-import importlib
 import weakref
 
 import numpy as np
@@ -14,23 +13,19 @@ import ops
 import optim
 import tape
 from ops.registry import register, unregister
-from tape import replay, tier_choice
+from tape import tier_choice
 
-pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+# (speculation has its own tests: test_eager_speculation)
+pytestmark = pytest.mark.usefixtures("no_speculation", "structures_forgotten")
 
 DIM = 5
 WARM = 8  # steps before the step program runs: first sightings, learning, compiling, timing
 
 
 @pytest.fixture(autouse=True)
-def _forget_structures(monkeypatch):
-    lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
-    for forget in (replay.forget, lazy_module._SEEN.clear, lazy_module._BATCHED.clear):
-        forget()
-    # The plan tier every step (the eager way never measures cheaper): what these tests check.
+def _plan_tier(monkeypatch):
+    """The plan tier every step (the eager way never measures cheaper): what these tests check."""
     monkeypatch.setattr(tier_choice, "MARGIN", 0.0)
-    yield
-    replay.forget()
 
 
 def _model(seed=0):

@@ -8,20 +8,13 @@ import pytest
 
 import ops
 import tape
-from tape import measured_choice, replay, tier_choice
+from tape import measured_choice, tier_choice
 from tape.measured_choice import MARGIN, WINDOW, Measured
 
-pytestmark = pytest.mark.usefixtures("no_speculation")  # (tested in test_eager_speculation)
+# (speculation has its own tests: test_eager_speculation)
+pytestmark = pytest.mark.usefixtures("no_speculation", "structures_forgotten")
 
 lazy_module = importlib.import_module("tape.lazy")  # (tape.lazy is the context manager)
-
-
-@pytest.fixture(autouse=True)
-def _forget_structures():
-    for forget in (replay.forget, lazy_module._SEEN.clear, lazy_module._BATCHED.clear):
-        forget()
-    yield
-    replay.forget()
 
 
 class _Clock:
