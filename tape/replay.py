@@ -31,6 +31,7 @@ from tape import eager_speculation, step_program, tier_choice
 from tape.errors import user_location
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
+from tape.step_identity import Recipe
 from tape.structure import numbered
 from tape.trace import module_of
 from tape.variable import Variable
@@ -48,6 +49,7 @@ def forget():
     streak of new structures, ``tape.eager_speculation``, stays: forgetting makes more)."""
     _TEMPLATES.clear()
     _SEEN.clear()
+    step_program.forget()
     tier_choice.reset()
 
 
@@ -101,30 +103,30 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
             eager_speculation.lazy_step(False)
         if tier_choice.eager_way(sketched, len(tape._ops)):
             return _the_eager_way(tape, fresh, sketched, new)
+        if not new:
+            leaves = step_program.run_known(tape, loss, sketched, retain_graph)
+            if leaves is not None:
+                return leaves
+    else:
+        sketched = None
     numbering, variables, _ = numbered(tape)
     slot = numbering.index.get(id(loss))
     if slot is None:  # not on this tape: the scan reports it
         return scan()
-    flags = bytes([v.requires_grad + 2 * v._leaf + 4 * v._released for v in variables])
-    key = (
-        tuple(numbering.op_ids),
-        tuple(numbering.sig_ids),
-        flags,
-        slot,
-        bool(retain_graph),
-        module_of(variables),
-    )
+    key = structural_key(numbering, variables, slot, retain_graph)
     template = _TEMPLATES.get_recent(key)
     if template is not None and all(defn.grad_maker is maker for defn, maker in template.makers):
         whole = step_program.usable(tape, retain_graph)
         if whole and template.program:
-            leaves = step_program.run(tape, numbering, variables, template)
+            leaves = step_program.run(tape, numbering.refs, variables, template)
             if leaves is not None:
                 return leaves
         first_op = len(tape._ops)
+        learning = whole and template.program is None
+        recipe = Recipe.learn(tape._ops, numbering, variables, slot) if learning else None
         leaves = _replay(tape, numbering, variables, template)
-        if whole and template.program is None:
-            step_program.learn(tape, template, leaves, len(variables), first_op)
+        if learning:
+            step_program.learn(tape, template, leaves, len(variables), first_op, recipe, sketched)
         return leaves
     tier_choice.cold()  # (unless replayed: a first sighting of this key, or learning it)
     if not _SEEN.seen_before(key):
@@ -135,6 +137,20 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
     if template is not None:
         _TEMPLATES.put(key, template)
     return leaves
+
+
+def structural_key(numbering, variables, loss, retain_graph):
+    """The key of a lazy backward's template: the tape's numbering and variables (in its
+    order), every variable's flags, the loss's slot, ``retain_graph`` and the array module."""
+    flags = bytes([v.requires_grad + 2 * v._leaf + 4 * v._released for v in variables])
+    return (
+        tuple(numbering.op_ids),
+        tuple(numbering.sig_ids),
+        flags,
+        loss,
+        bool(retain_graph),
+        module_of(variables),
+    )
 
 
 def _the_eager_way(tape, fresh, sketched, new=False):
@@ -315,4 +331,4 @@ def _outputs_new(outs, next_slot):
     return True
 
 
-__all__ = ["gradients", "Template"]
+__all__ = ["gradients", "structural_key", "Template"]

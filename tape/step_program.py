@@ -27,9 +27,14 @@ import weakref
 from tape import collector, instrument, rollback, tier_choice
 from tape.passes import execute
 from tape.passes.plan import CACHE, stand_ins
+from tape.remembered import Remembered
 from tape.trace import Trace, compile_trace, held_among
 from tape.transaction import uninterrupted
 from tape.variable import Variable
+
+# Templates whose Program has a recipe (``tape.step_identity``), by the sketch of their tape
+# (``tier_choice.sketch``): a known step is recognised without being numbered.
+_KNOWN = Remembered(64)
 
 
 class Program:
@@ -43,12 +48,14 @@ class Program:
     the gradient ops; a slot at or past it is one of the template's: a constant or a gradient
     op's output); ``constants``: {slot: value} of the template's constants; ``leaves``: (leaf
     slot, gradient slot, shape, dtype) in the backward's order; ``candidates``: the forward
-    slots whose being held changes the plan."""
+    slots whose being held changes the plan; ``recipe``, the forward's ``step_identity.Recipe``
+    (or None: the step is recognised by its numbering)."""
 
-    __slots__ = ("key", "at", "kept", "forward", "constants", "leaves", "candidates")
+    __slots__ = ("key", "at", "kept", "forward", "constants", "leaves", "candidates", "recipe")
 
-    def __init__(self, key, entry, at, kept, forward, template):
+    def __init__(self, key, entry, at, kept, forward, template, recipe):
         self.key, self.at, self.kept, self.forward = key, at, kept, forward
+        self.recipe = recipe
         news = template.news
         self.constants = {
             forward + k: new._value for k, new in enumerate(news) if new.__class__ is Variable
@@ -81,12 +88,13 @@ def usable(tape, retain_graph):
     )
 
 
-def learn(tape, template, leaves, forward, first_gradient_op):
+def learn(tape, template, leaves, forward, first_gradient_op, recipe=None, sketched=None):
     """Runs a step whose gradient ops ``tape.replay`` just appended from ``first_gradient_op``
     on (their ``leaves``: {id: (leaf, gradient)}) as one plan computing the gradients, and keeps
     it with ``template`` as its ``Program`` where later steps can run it whole (else
     ``template.program`` is False). ``forward``: the number of forward slots. Nothing runs
-    where a value is missing: the gradients stay pending, as the usual way leaves them."""
+    where a value is missing: the gradients stay pending, as the usual way leaves them. With
+    the forward's ``recipe`` and the tape's sketch, ``run_known`` finds the program."""
     from tape.lazy import _execute, _run_ended, options
 
     grads = [grad for _, grad in leaves.values()]
@@ -115,16 +123,39 @@ def learn(tape, template, leaves, forward, first_gradient_op):
                 and all(grad >= forward for _, grad in template.leaves)
             )
             template.program = (
-                Program(scan.key, entry, at, kept, forward, template) if whole else False
+                Program(scan.key, entry, at, kept, forward, template, recipe) if whole else False
             )
+            if whole and recipe is not None and sketched is not None:
+                _KNOWN.put(sketched, template)
     finally:
         _run_ended(tape)
 
 
-def run(tape, numbering, variables, template):
+def run_known(tape, loss, sketched, retain_graph):
+    """The leaf gradients of a lazy backward of ``loss`` run whole, if the tape (its sketch
+    ``sketched``) is a step whose program has a recipe and matches it; else None (the usual
+    way numbers the tape and looks its structure up)."""
+    template = _KNOWN.get_recent(sketched)
+    if template is None or not template.program or not usable(tape, retain_graph):
+        return None
+    if not all(defn.grad_maker is maker for defn, maker in template.makers):
+        return None
+    variables = template.program.recipe.match(tape._ops, loss)
+    if variables is None:
+        return None
+    return run(tape, template.program.recipe.refs, variables, template)
+
+
+def forget():
+    """Forgets the steps known by their sketch (``tape.replay.forget``)."""
+    _KNOWN.clear()
+
+
+def run(tape, refs, variables, template):
     """The leaf gradients ``{id: (leaf, gradient)}`` of a lazy backward run whole by the
     template's ``Program`` (see the module docstring), or None where it cannot run (the usual
-    way then replays the template)."""
+    way then replays the template). ``variables``: the tape's in its numbering's order;
+    ``refs``: the references its ops hold to each."""
     from tape.lazy import _run_ended
 
     program = template.program
@@ -136,7 +167,7 @@ def run(tape, numbering, variables, template):
         return None
     try:
         with tape._run_lock, collector.paused():
-            return _run(tape, variables, program, entry, numbering.refs, template.released)
+            return _run(tape, variables, program, entry, refs, template.released)
     finally:
         _run_ended(tape)
 
@@ -211,4 +242,4 @@ def _drop_released(tape, kept):
                 var._pending = freed_by
 
 
-__all__ = ["Program", "usable", "learn", "run"]
+__all__ = ["Program", "usable", "learn", "run", "run_known", "forget"]
