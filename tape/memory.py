@@ -56,8 +56,8 @@ class track_memory:
 
 
 def _tracking(record):
-    def tracking_record(tape, defn, args, attrs, given=None):
-        outputs = record(tape, defn, args, attrs, given)
+    def tracking_record(tape, defn, args, attrs, given=None, observed=False, depth=3):
+        outputs = record(tape, defn, args, attrs, given, observed, depth + 1)
         where = user_location()
         ops = tape._ops
         if ops and ops[-1] is not None and ops[-1].location is None:

@@ -290,13 +290,14 @@ def _kernel_error(defn, tape, err):
 _HOOK = None  # tape.instrument's observer while profiling or checking: one test per op
 
 
-def record(tape, defn, args, attrs, given=None, observed=False):
+def record(tape, defn, args, attrs, given=None, observed=False, depth=3):
     """The hot path: infer, run (eager) and record op ``defn`` on ``tape``; returns its outputs.
 
-    Only the library calls it (``apply``, ``Tape.add_op``, optimizers), so the user's line is
-    looked for from its caller's caller on (``user_location(3)``: two frames fewer to walk for
-    each lazy op). While a profiler or anomaly block is open the observer records the op
-    (calling back with ``observed=True``).
+    Only the library calls it (``apply``, ``Tape.add_op``, optimizers, operators), so the
+    user's line is looked for from its caller's caller on (``user_location(depth)``); a caller
+    that knows its own caller is the library passes a larger ``depth``: frames fewer to walk
+    (and to create) for each lazy op. While a profiler or anomaly block is open the observer
+    records the op (calling back with ``observed=True``).
     """
     if _HOOK is not None and not observed:
         return _HOOK.record(tape, defn, args, attrs, given)
@@ -333,7 +334,8 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         shape, dtype = descs
         out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
         out._pending = tape
-        op = OpHandle(defn, args, (out,), attrs, state.location or user_location(3), len(tape._ops))
+        location = state.location or user_location(depth)
+        op = OpHandle(defn, args, (out,), attrs, location, len(tape._ops))
         tape._ops.append(op)
         pending = tape._pending_ops
         if len(pending) & STEP_MASK == 0:  # (a step's first op, or its STEP_LIMIT-th)
@@ -358,7 +360,7 @@ def record(tape, defn, args, attrs, given=None, observed=False):
         op = OpHandle(defn, args, results, attrs, None, len(tape._ops))
         tape._ops.append(op)
         if tape.lazy:
-            op.location = state.location or user_location(3)
+            op.location = state.location or user_location(depth)
             if len(tape._pending_ops) & STEP_MASK == 0:
                 _step_mark(tape._pending_ops)
             tape._pending_ops.append(op)
@@ -451,11 +453,14 @@ def _fill(defn, handle, desc, value, grad, args, tape):
 
 
 def apply(defn, args, attrs):
-    """Records ``defn`` on the current global tape with positional inputs and checked attributes."""
+    """Records ``defn`` on the current global tape with positional inputs and checked attributes.
+
+    The library's own entry (ops, layers, operators): its caller is never the user's line, so
+    lazy mode looks for that line from the caller's caller on."""
     tape = state.tape
     if tape is None:
         tape = get_global_tape()
-    return record(tape, defn, args, attrs)
+    return record(tape, defn, args, attrs, None, False, 4)
 
 
 def dispatch(defn, inputs, attrs):
@@ -476,4 +481,8 @@ def dispatch(defn, inputs, attrs):
             args = as_inputs(defn, inputs)
     except FluidError as err:
         raise err.with_context(op=defn.type, location=user_location()) from None
-    return apply(defn, args, attrs)
+    # (``apply`` inlined; OpDef.__call__, the only caller, is the library: a frame fewer to walk)
+    tape = state.tape
+    if tape is None:
+        tape = get_global_tape()
+    return record(tape, defn, args, attrs, None, False, 4)

@@ -71,6 +71,40 @@ def test_shape_errors_are_raised_at_the_users_line():
     assert "recorded at: test_lazy.py:" in message and "in test_shape_errors" in message
 
 
+def _twice(h):
+    return h + h  # a user's helper: its line is the op's
+
+
+@pytest.mark.parametrize("tracking", [False, True], ids=["plain", "track_memory"])
+def test_every_lazy_op_keeps_the_users_line_whichever_way_it_was_recorded(tracking):
+    """Operators, OpDef calls, layers (``apply``) and a user's own helper each skip a different
+    number of library frames to reach the user's line."""
+    import contextlib
+
+    line = sys._getframe().f_lineno
+    with tape.lazy(), tape.track_memory() if tracking else contextlib.nullcontext():
+        t = tape.reset_global_tape()
+        x = tape.Variable(np.ones((2, 3), np.float32))
+        lines = {"add": line + 5}
+        _ = x + x
+        lines["neg"] = line + 7
+        _ = -x
+        lines["tanh"] = line + 9
+        ops.tanh(x)
+        lines["linear"] = line + 11
+        layers.Linear(3, 2)(x)
+        lines["helper"] = _twice.__code__.co_firstlineno + 1
+        _twice(x)
+        found = [op.location for op in t.ops]
+        tape.reset_global_tape()
+    name = "test_every_lazy_op_keeps_the_users_line"
+    assert f"test_lazy.py:{lines['add']} in {name}" in found[0]
+    assert f"test_lazy.py:{lines['neg']} in {name}" in found[1]
+    assert f"test_lazy.py:{lines['tanh']} in {name}" in found[2]
+    assert all(f"test_lazy.py:{lines['linear']} in {name}" in where for where in found[3:-1])
+    assert found[-1] == f"test_lazy.py:{lines['helper']} in _twice"
+
+
 def test_leaving_the_block_runs_what_is_pending_and_returns_to_eager():
     with tape.lazy():
         t = tape.reset_global_tape()
