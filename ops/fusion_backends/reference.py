@@ -52,7 +52,9 @@ def _generated(expression, xp):
             names[f"k{j}"], names[f"a{j}"] = kernel, attrs
             args = ", ".join(_source(arg) for arg in step.args)
             lines.append(f"    s{j} = k{j}(xp, a{j}, {args})")
-        if xp is np:  # kernels on 0-d arrays may return numpy scalars
+        if xp is np and (calls is None or not expression.step_shapes[j]):
+            # (kernels, and ufuncs on 0-d arrays, may return numpy scalars; a ufunc with an
+            # operand of one axis or more returns an array)
             lines.append(f"    if s{j}.__class__ is not ndarray: s{j} = asarray(s{j})")
         if expression.size > 4096:  # (big values: free each after its last reader)
             lines += [f"    s{dead} = None" for dead in frees[j]]

@@ -158,3 +158,23 @@ def test_exact_keeps_every_output_bit_for_bit(fresh_cache):
     want = run_backend("reference", with_sums, arrays)
     for g, w in zip(got, want):
         assert_same(g.numpy(), w, "exact")
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (3, 4)], ids=["0-d", "one element", "matrix"])
+def test_generated_kernels_give_arrays_never_numpy_scalars(fresh_cache, shape):
+    """A ufunc on 0-d arrays gives a numpy scalar: the engine only ever holds arrays."""
+    steps = (
+        Step("elementwise_mul", _AXIS, (("in", 0), ("in", 1)), ("mul", "m", None)),
+        Step("elementwise_add", _AXIS, (("step", 0), ("in", 1)), ("add", "a", None)),
+        Step("tanh", (), (("step", 1),), ("tanh", "t", None)),
+    )
+    expression = Expression(
+        ((shape, "float32"), (shape, "float32")), shape, steps, (0, 1, 2), (), ("float32",) * 3
+    )
+    inputs = _arrays(expression)
+    kernel = fused.kernel_for(expression, np)
+    assert kernel.backend == "reference"
+    outs = kernel(*inputs)
+    assert [out.__class__ for out in outs] == [np.ndarray] * 3
+    expected = np.tanh(inputs[0] * inputs[1] + inputs[1])
+    np.testing.assert_array_equal(outs[2], expected)
