@@ -8,7 +8,9 @@ the same plan over the same slots. So a structure's plan for the whole step is l
 usual way (``learn``: its template replayed and the step compiled with the leaf gradients as its
 targets), and kept with the template as a ``Program``. Later steps (``run``) bind the forward's
 inputs from the tape's numbering, run that plan at the backward and store what it kept: the
-values the user holds and one new Variable per leaf gradient. No gradient op is recorded.
+values the user holds and one new Variable per leaf gradient. No gradient op is recorded. Nor
+is the tape numbered where the learnt step had a ``step_identity.Recipe`` (``run_known``): the
+forward is checked against it, and its Variables come in the numbering's order.
 
 This is the end state of the eager way (``tape.backward._after_forward``), which the same step
 may take instead (``tape.tier_choice`` times the two): the forward has run, its ops are dropped

@@ -6,7 +6,7 @@ A structure seen before compiles into a plan that fuses forward and backward (an
 once). The plan is the faster tier where it fuses or batches work (the unrolled LSTM: 0.75x
 eager mode's time), and since a known step runs its plan whole at the backward without recording
 gradient ops (``tape.step_program``) it also wins on tapes of tiny ops (the ``scaling`` chain of
-4x4 ops: 0.8-0.95x eager mode's time; before, when numbering and replaying the gradient ops,
+4x4 ops: 0.65-0.7x eager mode's time; before, when numbering and replaying the gradient ops,
 1.13-1.3x against the eager way's 1.05-1.1x). Which wins can still be close (the MLP: within a
 few percent). Lazy mode must never be slower than eager, so each step's tier is chosen by
 measuring both (``tape.measured_choice``: the plan first, for ``PATIENCE`` warm steps, then the
