@@ -5,6 +5,8 @@ training loop so recognised never numbers its tape and computes eager mode's val
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ops
 import tape
@@ -210,3 +212,83 @@ def test_a_step_of_the_same_sketch_but_another_structure_is_numbered_and_correct
         for i in range(15):
             np.testing.assert_allclose(step(i % 5 == 4), eager[i % 5 == 4], rtol=1e-6)
     assert True in matches and False in matches
+
+
+# -- random steps -------------------------------------------------------------------------------
+
+_STEPS = ("add", "mul", "tanh", "square", "sum rows", "sum cols", "no grad add")
+
+
+def _random_program(draw):
+    """A random step: leaves (shape, dtype, requires_grad) and ops (kind, operand choices)."""
+    leaves = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([(2, 3), (3,), (1, 3)]),
+                st.sampled_from([np.float32, np.float64]),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    ops_ = draw(
+        st.lists(
+            st.tuples(st.sampled_from(_STEPS), st.integers(0, 99), st.integers(0, 99)),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    return leaves, ops_
+
+
+def _record_program(program):
+    """Records ``program`` on a fresh lazy global tape: (tape, loss)."""
+    leaves, steps = program
+    t = tape.reset_global_tape()
+    values = [
+        tape.Variable(np.ones(shape, dtype), requires_grad=grad) for shape, dtype, grad in leaves
+    ]
+    for kind, a, b in steps:
+        x, y = values[a % len(values)], values[b % len(values)]
+        if kind in ("add", "mul", "no grad add") and x.shape != y.shape:
+            y = x
+        if kind == "add":
+            values.append(x + y)
+        elif kind == "mul":
+            values.append(x * y)
+        elif kind == "tanh":
+            values.append(ops.tanh(x))
+        elif kind == "square":
+            values.append(x * x)
+        elif kind == "no grad add":
+            with tape.no_grad():
+                values.append(x + y)
+        else:
+            values.append(ops.reduce_sum(x, axis=0 if kind == "sum cols" else -1, keepdim=True))
+    return t, values[-1].sum()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_random_steps_match_their_recipe_exactly_where_their_keys_are_equal(data):
+    """For a random step and a second step -- the same program or another -- the recipe of the
+    first matches the second exactly when their structural keys are equal."""
+    first = _random_program(data.draw)
+    second = first if data.draw(st.booleans()) else _random_program(data.draw)
+    with tape.lazy():
+        t, loss = _record_program(first)
+        key, numbering, variables, slot = _key(t, loss)
+        recipe = Recipe.learn(t._ops, numbering, variables, slot)
+        assert recipe is not None  # (one output each, Variable inputs, plain attributes)
+        del variables
+        t, loss = _record_program(second)
+        matched = recipe.match(t._ops, loss)
+        other, _, numbered, _ = _key(t, loss)
+        assert (matched is not None) == (other == key)
+        if second is first:
+            assert matched is not None and all(
+                a is b for a, b in zip(matched, numbered, strict=True)
+            )
+        del matched, numbered
+        tape.reset_global_tape()
