@@ -21,7 +21,10 @@ _AXIS = {"axis": Attr("int", -1)}
 
 def infer_binary(attrs, x, y):
     """Broadcast shape of X and (aligned) Y; numpy's promotion of their dtypes."""
-    return broadcast_shapes(None, x.shape, _aligned_shape(x, y, attrs["axis"])), result_dtype(x, y)
+    shape, dtype = x.shape, x.dtype
+    if shape == y.shape and dtype is y.dtype and attrs["axis"] == -1:
+        return shape, dtype  # (the common case: a fifth of an op's recording spared)
+    return broadcast_shapes(None, shape, _aligned_shape(x, y, attrs["axis"])), result_dtype(x, y)
 
 
 def _aligned_shape(x, y, axis):
