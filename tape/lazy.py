@@ -279,7 +279,14 @@ def explain(tape=None) -> str:
     compiled = getattr(tape, "_last_plan", None)
     if compiled is None:
         return "no lazy run on this tape yet"
-    return pipeline.explain(compiled, CACHE)
+    explained = pipeline.explain(compiled, CACHE)
+    whole, found_by = getattr(tape, "_whole_step", (None, None))
+    if whole is compiled:
+        explained = (
+            "the last step ran whole at its backward, forward and backward as one plan "
+            f"(tape.step_program), recognised by {found_by}\n{explained}"
+        )
+    return explained
 
 
 def _explain_eager_way(sketched):

@@ -145,7 +145,7 @@ def run_known(tape, loss, sketched, retain_graph):
     variables = template.program.recipe.match(tape._ops, loss)
     if variables is None:
         return None
-    return run(tape, template.program.recipe.refs, variables, template)
+    return run(tape, template.program.recipe.refs, variables, template, "its recipe")
 
 
 def forget():
@@ -153,11 +153,12 @@ def forget():
     _KNOWN.clear()
 
 
-def run(tape, refs, variables, template):
+def run(tape, refs, variables, template, found_by="its numbering"):
     """The leaf gradients ``{id: (leaf, gradient)}`` of a lazy backward run whole by the
     template's ``Program`` (see the module docstring), or None where it cannot run (the usual
     way then replays the template). ``variables``: the tape's in its numbering's order;
-    ``refs``: the references its ops hold to each."""
+    ``refs``: the references its ops hold to each; ``found_by``: how the step was recognised
+    (for ``tape.explain``)."""
     from tape.lazy import _run_ended
 
     program = template.program
@@ -169,9 +170,12 @@ def run(tape, refs, variables, template):
         return None
     try:
         with tape._run_lock, collector.paused():
-            return _run(tape, variables, program, entry, refs, template.released)
+            leaves = _run(tape, variables, program, entry, refs, template.released)
     finally:
         _run_ended(tape)
+    if leaves is not None:
+        tape._whole_step = (tape._last_plan, found_by)
+    return leaves
 
 
 def _run(tape, variables, program, entry, refs, released):

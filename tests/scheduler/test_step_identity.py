@@ -182,6 +182,7 @@ def test_a_training_loop_is_recognised_without_numbering_and_gives_eager_values(
             got = _training_step(p, X, held)
             np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
         assert numberings == []
+        assert "recognised by its recipe" in tape.explain()
         # The intermediate the user held has its value, as eager mode's.
         expected = np.tanh(X * P + P)
         for h in held:
