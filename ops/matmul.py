@@ -18,15 +18,22 @@ from tape.tape import apply
 # more than it saves (measured here: a 16x64 @ 64x512 product, as in an LSTM step, is several
 # times slower on two shared cores than on one).
 SMALL_PRODUCT = 1 << 21
+# Below this many multiply-adds OpenBLAS itself runs a product on one thread (its thresholds:
+# 9216 matrix elements for a matrix-vector product, 2^18 multiply-adds for a matrix product),
+# so switching to one thread only costs its two library calls (~0.85 us a product measured
+# here, nearly as much as a 1x32 @ 32x32 product itself: the nodes of a per-example tree).
+UNTHREADED = 1 << 13
 
 
 def product(xp, x, y):
     """x @ y, with the BLAS choices measured fastest here (numpy with OpenBLAS, 2 cores).
 
-    A small product of a short X and a transposed weight view (``x @ W.T``, as in an LSTM step
-    with PyTorch's weight layout) is computed as ``(W @ x.T).T``: OpenBLAS's transposed-B path
-    was ~2x slower there. Large products keep the plain form: their F-ordered result made the
-    next elementwise op (relu_grad in an MLP backward) 3x slower than the product gained.
+    A product below ``SMALL_PRODUCT`` multiply-adds runs on one BLAS thread (on one already,
+    below ``UNTHREADED``). A small product of a short X and a transposed weight view (``x @
+    W.T``, as in an LSTM step with PyTorch's weight layout) is computed as ``(W @ x.T).T``:
+    OpenBLAS's transposed-B path was ~2x slower there. Large products keep the plain form: their
+    F-ordered result made the next elementwise op (relu_grad in an MLP backward) 3x slower than
+    the product gained.
 
     An outer product (contraction over one element: ``x_i^T @ g_i``, a weight's gradient from
     one example) is a broadcast multiply, 3-5x faster than the BLAS call here and bit-identical
@@ -37,16 +44,26 @@ def product(xp, x, y):
     if xp is not np:
         return xp.matmul(x, y)
     if x.ndim == 2 and y.ndim == 2:
-        if x.shape[0] * x.shape[1] * y.shape[1] >= SMALL_PRODUCT:
+        macs = x.shape[0] * x.shape[1] * y.shape[1]
+        if macs >= SMALL_PRODUCT:
             return x @ y
+        if macs < UNTHREADED:
+            return _small_product(x, y)
         with single_threaded():
-            if x.shape[0] < y.shape[1] and y.flags.f_contiguous and not y.flags.c_contiguous:
-                return (y.T @ x.T).T
-            return x @ y
-    if x.size * (y.shape[-1] if y.ndim > 1 else 1) < SMALL_PRODUCT:
+            return _small_product(x, y)
+    macs = x.size * (y.shape[-1] if y.ndim > 1 else 1)
+    if macs < UNTHREADED:
+        return xp.matmul(x, y)
+    if macs < SMALL_PRODUCT:
         with single_threaded():
             return xp.matmul(x, y)
     return xp.matmul(x, y)
+
+
+def _small_product(x, y):
+    if x.shape[0] < y.shape[1] and y.flags.f_contiguous and not y.flags.c_contiguous:
+        return (y.T @ x.T).T
+    return x @ y
 
 
 def _flat2d(shape, num_col_dims):

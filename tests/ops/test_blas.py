@@ -66,3 +66,31 @@ def test_outer_products_equal_numpy_bit_for_bit(x_shape, y_shape, dtypes):
     np.testing.assert_array_equal(got, want)
     transposed = np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)  # a strided view
     np.testing.assert_array_equal(matmul_module.product(np, transposed, y), want)
+
+
+@pytest.mark.parametrize(
+    "x_shape, y_shape, switches",
+    [
+        ((1, 32), (32, 32), False),  # a tree node's product: OpenBLAS runs it on one thread
+        ((4, 1, 32), (32, 32), False),  # batched, as small
+        ((16, 64), (64, 512), True),  # an LSTM step's: one thread on purpose
+        ((256, 256), (256, 256), False),  # large: every BLAS thread
+    ],
+)
+def test_only_products_openblas_would_thread_switch_to_one_thread(
+    monkeypatch, x_shape, y_shape, switches
+):
+    switched = []
+
+    class Recorded:
+        def __enter__(self):
+            switched.append(True)
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(matmul_module, "single_threaded", Recorded)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(x_shape), rng.standard_normal(y_shape)
+    np.testing.assert_allclose(matmul_module.product(np, x, y), np.matmul(x, y), rtol=1e-12)
+    assert bool(switched) == switches
