@@ -49,7 +49,8 @@ def _aligned_shape(x, y, axis):
 
 
 def aligned(x, y, attrs):
-    """Y reshaped for numpy broadcasting against X under Paddle's ``axis`` rule."""
+    """Y reshaped for numpy broadcasting against X under Paddle's ``axis`` rule. (The
+    arithmetic kernels test the default axis first: a call per op spared on the hot path.)"""
     axis = attrs["axis"]
     if axis == -1 or y.ndim >= x.ndim:
         return y
@@ -79,7 +80,7 @@ _FACTS = dict(
 @register("elementwise_add", no_need_buffer=("X", "Y"), **_FACTS)
 def elementwise_add(xp, attrs, x, y):
     """Out = X + Y.  dX = dOut, dY = dOut (each summed back to its input's shape)."""
-    return x + aligned(x, y, attrs)
+    return x + (y if attrs["axis"] == -1 else aligned(x, y, attrs))
 
 
 @elementwise_add.gradient
@@ -94,7 +95,7 @@ def _(g):
 @register("elementwise_sub", no_need_buffer=("X", "Y"), **_FACTS)
 def elementwise_sub(xp, attrs, x, y):
     """Out = X - Y.  dX = dOut, dY = -dOut."""
-    return x - aligned(x, y, attrs)
+    return x - (y if attrs["axis"] == -1 else aligned(x, y, attrs))
 
 
 @elementwise_sub.gradient
@@ -111,7 +112,7 @@ def _(g):
 @register("elementwise_mul", **_FACTS)
 def elementwise_mul(xp, attrs, x, y):
     """Out = X * Y.  dX = dOut * Y, dY = dOut * X."""
-    return x * aligned(x, y, attrs)
+    return x * (y if attrs["axis"] == -1 else aligned(x, y, attrs))
 
 
 @elementwise_mul.gradient
@@ -135,7 +136,7 @@ _FLOAT64 = np.dtype(np.float64)
 @register("elementwise_div", **{**_FACTS, "infer": _infer_div})
 def elementwise_div(xp, attrs, x, y):
     """Out = X / Y (true division).  dX = dOut / Y, dY = -dOut * Out / Y."""
-    return x / aligned(x, y, attrs)
+    return x / (y if attrs["axis"] == -1 else aligned(x, y, attrs))
 
 
 @elementwise_div.gradient

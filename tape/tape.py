@@ -387,10 +387,17 @@ def _step_mark(pending):
 
 def _run_single(defn, attrs, args):
     """The array a one-output op computes from Variables (numpy without module dispatch)."""
-    values = [
-        arg._array() if arg._pending is not None or arg._value is None else arg._value
-        for arg in args
-    ]
+    if len(args) == 2:  # (most ops: no comprehension, whose frame costs as much as the rest)
+        a, b = args
+        values = (
+            a._array() if a._pending is not None or a._value is None else a._value,
+            b._array() if b._pending is not None or b._value is None else b._value,
+        )
+    else:
+        values = [
+            arg._array() if arg._pending is not None or arg._value is None else arg._value
+            for arg in args
+        ]
     if values[0].__class__ is _NDARRAY:
         value = defn.kernel(np, attrs, *values)
         return value if value.__class__ is _NDARRAY else np.asarray(value)
