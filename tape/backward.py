@@ -42,22 +42,12 @@ class GradContext:
     None where no gradient reached that output.
     """
 
-    __slots__ = ("op", "gouts")
+    __slots__ = ("op", "gouts", "inputs", "outputs", "attrs")
 
     def __init__(self, op, gouts):
+        # (plain attributes, not properties: a maker reads them once or twice per op)
         self.op, self.gouts = op, gouts
-
-    @property
-    def inputs(self):
-        return self.op.args
-
-    @property
-    def outputs(self):
-        return self.op.results
-
-    @property
-    def attrs(self):
-        return self.op.attrs
+        self.inputs, self.outputs, self.attrs = op.args, op.results, op.attrs
 
     def needs(self, index):
         """Whether input slot ``index`` needs a gradient (any of its Variables requires one)."""
@@ -211,7 +201,8 @@ def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None, m
                     if item is None:
                         continue
                     taken = item  # (the pending entry itself: [var, gradients...])
-                    gouts = [_total(item)]
+                    g = item[1]  # (one gradient, as most are: no call to sum them)
+                    gouts = [g if len(item) == 2 and g.__class__ is not _Slices else _total(item)]
                     if wanted is not None and id(out) in wanted:
                         wanted[id(out)] = gouts[0]
                     if release:
