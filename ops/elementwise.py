@@ -59,11 +59,13 @@ def aligned(x, y, attrs):
 
 def grad_x(g, x):
     """Reduces a gradient of the output to X's shape (backward casts it to X's dtype)."""
-    return sum_to(g, x.shape)
+    return g if g.shape == x.shape else sum_to(g, x.shape)  # (the test first: a call spared)
 
 
 def grad_y(g, x, y, attrs):
     """Reduces a gradient of the output to Y's shape, undoing Paddle's alignment."""
+    if g.shape == y.shape:
+        return g
     axis = attrs["axis"]
     if axis == -1 or len(y.shape) >= len(x.shape):
         return sum_to(g, y.shape)
@@ -87,8 +89,8 @@ def elementwise_add(xp, attrs, x, y):
 def _(g):
     x, y = g.inputs
     (gout,) = g.gouts
-    gx = grad_x(gout, x) if g.needs(0) else None
-    gy = grad_y(gout, x, y, g.attrs) if g.needs(1) else None
+    gx = grad_x(gout, x) if x.requires_grad else None  # (Variables: what g.needs tests)
+    gy = grad_y(gout, x, y, g.attrs) if y.requires_grad else None
     return gx, gy
 
 
@@ -119,8 +121,12 @@ def elementwise_mul(xp, attrs, x, y):
 def _(g):
     x, y = g.inputs
     (gout,) = g.gouts
-    gx = grad_x(apply(elementwise_mul, (gout, y), g.attrs), x) if g.needs(0) else None
-    gy = grad_y(apply(elementwise_mul, (gout, x), _NUMPY), x, y, g.attrs) if g.needs(1) else None
+    gx = grad_x(apply(elementwise_mul, (gout, y), g.attrs), x) if x.requires_grad else None
+    gy = (
+        grad_y(apply(elementwise_mul, (gout, x), _NUMPY), x, y, g.attrs)
+        if y.requires_grad
+        else None
+    )
     return gx, gy
 
 
