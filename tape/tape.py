@@ -371,6 +371,7 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3):
     return results
 
 
+_RECORD = record  # (``tape.track_memory`` replaces the module's record while it notes outputs)
 STEP_MASK = collector.STEP_LIMIT - 1
 EAGER_STEP_MASK = collector.EAGER_STEP_LIMIT - 1
 
@@ -463,7 +464,11 @@ def apply(defn, args, attrs):
     """Records ``defn`` on the current global tape with positional inputs and checked attributes.
 
     The library's own entry (ops, layers, operators): its caller is never the user's line, so
-    lazy mode looks for that line from the caller's caller on."""
+    lazy mode looks for that line from the caller's caller on. Gradient makers call it for every
+    gradient op: inside an eager backward that records nothing it runs the kernel at once, as
+    ``record`` would (a frame fewer per gradient op)."""
+    if state.trusted and defn.fast and _HOOK is None and record is _RECORD:
+        return run_trusted(defn, args, attrs)  # (unless tape.track_memory wraps record)
     tape = state.tape
     if tape is None:
         tape = get_global_tape()

@@ -34,6 +34,17 @@ def test_buffers_are_listed_by_op_and_line_while_tracked():
     del loss
 
 
+def test_an_eager_backwards_gradient_buffers_are_listed_by_their_op_while_tracked():
+    tape.reset_global_tape()
+    x = tape.Variable(np.ones((30, 40), np.float32))
+    w = tape.Variable(np.ones((30, 40), np.float32), requires_grad=True)
+    with tape.track_memory():
+        tape.backward((x * w).sum())
+    row = tape.memory_report().row_for("elementwise_mul")  # w's gradient, dOut * X
+    assert row is not None and row.bytes >= 30 * 40 * 4
+    assert row.line.startswith("test_memory_report.py:")
+
+
 def test_without_tracking_buffers_are_counted_by_kind():
     tape.reset_global_tape()
     x = tape.Variable(np.ones(1000), requires_grad=True)
