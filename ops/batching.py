@@ -13,6 +13,10 @@ returns one array of shape ``(n,) + out_shape`` whose row ``i`` is member ``i``'
 computed by the op's own kernel wherever possible (so batched results equal unbatched ones, up
 to the rounding of a BLAS call over more rows). A rule's ``accepts`` says whether a signature
 batches at all (e.g. a 1-D product of two per-example vectors does not).
+
+A rule's ``as_op`` says how its call reads as one instance of the op itself (attributes, the
+shapes its stacked operands are given, the slot order), so that the op's own gradient maker
+differentiates the whole group at once (``tape.batched_backward``); None where it does not.
 """
 
 from __future__ import annotations
@@ -32,6 +36,14 @@ class Rule:
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         raise NotImplementedError
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        """The group's call as one instance of the op: ``(attrs, slots, shapes, out_shape)``:
+        its attributes, per slot of that instance the member's slot it reads, the shape the
+        stacked operand (``(n,) + shape``) is reshaped to (a shared one: None, read as it is),
+        and the shape of its result (the stacked results reshaped); None: it does not read as
+        one (the members are differentiated one by one)."""
+        return None
 
     def __repr__(self):
         return f"<batch rule {self.name}>"
@@ -62,6 +74,16 @@ class _Elementwise(Rule):
         out = kernel(xp, attrs, *args)
         return out if out.shape[0] == n else xp.broadcast_to(out, (n,) + tuple(out_shape))
 
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        if attrs.get("axis", -1) != -1:
+            attrs = {**attrs, "axis": -1}
+        rank = len(out_shape)
+        stacked = [
+            (n,) + (1,) * (rank - len(shape)) + tuple(shape) if per else None
+            for shape, per in zip(shapes, each)
+        ]
+        return attrs, tuple(range(len(shapes))), stacked, (n,) + tuple(out_shape)
+
 
 class _Matmul(Rule):
     """``op(X) @ op(Y)`` with a shared weight: the per-example operand's rows are joined into one
@@ -90,6 +112,20 @@ class _Matmul(Rule):
             return kernel(xp, flipped, y, x)
         return kernel(xp, attrs, x, y)
 
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        (x, y), (x_each, y_each) = shapes, each
+        out_shape = tuple(out_shape)
+        if x_each and not y_each:
+            attrs = {**attrs, "transpose_x": False}
+            if len(x) == 1:
+                return attrs, (0, 1), [(n,) + tuple(x), None], (n,) + out_shape
+            rows = (n * x[0], x[1])
+            return attrs, (0, 1), [rows, None], (n * out_shape[0],) + out_shape[1:]
+        if y_each and not x_each:
+            flipped = {**attrs, "transpose_x": False, "transpose_y": not attrs["transpose_x"]}
+            return flipped, (1, 0), [(n,) + tuple(y), None], (n,) + out_shape
+        return attrs, (0, 1), [(n,) + tuple(x), (n,) + tuple(y)], (n,) + out_shape
+
 
 class _Rows(Rule):
     """Ops that act independently on every leading index of their per-example input and read
@@ -97,8 +133,17 @@ class _Rows(Rule):
 
     name = "rows"
 
+    def __init__(self, as_one=True):
+        self.as_one = as_one  # whether the op's gradient maker reads stacked operands rightly
+
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         return kernel(xp, attrs, *(value for _, value in inputs))
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        if not self.as_one:
+            return None
+        stacked = [(n,) + tuple(shape) if per else None for shape, per in zip(shapes, each)]
+        return attrs, tuple(range(len(shapes))), stacked, (n,) + tuple(out_shape)
 
 
 class _Reduce(Rule):
@@ -114,6 +159,13 @@ class _Reduce(Rule):
         axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
         return kernel(xp, {**attrs, "axis": tuple(a + 1 for a in axes)}, stacked)
 
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        ((shape,),) = (shapes,)
+        rank, axis = len(shape), attrs["axis"]
+        axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
+        moved = {**attrs, "axis": tuple(a + 1 for a in axes)}
+        return moved, (0,), [(n,) + tuple(shape)], (n,) + tuple(out_shape)
+
 
 class _View(Rule):
     """Ops that only re-describe their input's elements in C order (reshape, squeeze,
@@ -126,6 +178,10 @@ class _View(Rule):
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         return inputs[0][1].reshape((n,) + tuple(out_shape))
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        # (every such op's gradient is dOut reshaped to X's shape: stacked, the stacked shape)
+        return attrs, (0,), [(n,) + tuple(shapes[0])], (n,) + tuple(out_shape)
 
 
 class _Axes(Rule):
@@ -145,6 +201,11 @@ class _Axes(Rule):
         moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
         return kernel(xp, {**attrs, **moved}, *(value for _, value in inputs))
 
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
+        stacked = [(n,) + tuple(shape) for shape in shapes]
+        return {**attrs, **moved}, tuple(range(len(shapes))), stacked, (n,) + tuple(out_shape)
+
 
 class _List(Rule):
     """Elementwise ops over one list of inputs of one shape (``sum``, which backward uses to add
@@ -158,6 +219,33 @@ class _List(Rule):
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         return kernel(xp, attrs, [value for _, value in inputs])
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        # (one list slot: ``shapes`` has one shape per list position)
+        return attrs, (0,), [[(n,) + tuple(shape) for shape in shapes]], (n,) + tuple(out_shape)
+
+
+class _Concat(_List):
+    """``concat``: the members' j-th inputs are stacked (their shapes may differ from one
+    position to the next, as the members' do), and one concatenation along the axis moved
+    past the member axis joins them all (a negative axis already counts from the end)."""
+
+    name = "concat"
+
+    def accepts(self, attrs, shapes, each):
+        return all(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        return kernel(xp, self._moved(attrs), [value for _, value in inputs])
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        stacked = [[(n,) + tuple(shape) for shape in shapes]]
+        return self._moved(attrs), (0,), stacked, (n,) + tuple(out_shape)
+
+    @staticmethod
+    def _moved(attrs):
+        axis = attrs["axis"]
+        return {**attrs, "axis": axis + 1} if axis >= 0 else attrs
 
 
 class _ListAxes(_List):
@@ -177,13 +265,19 @@ class _ListAxes(_List):
         shape = (n, *attrs["shape"])
         return kernel(xp, {**attrs, **moved, "shape": shape}, [value for _, value in inputs])
 
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        return None  # (a gradient op: a first-order backward never differentiates it)
+
 
 ELEMENTWISE = _Elementwise()
 LIST = _List()
+CONCAT = _Concat()
 SLICES = _ListAxes()
 SLICE = _Axes("axes", "decrease_axis")
 MATMUL = _Matmul()
 ROWS = _Rows()
+# ``outer``: its maker's products (dOut @ Y) read one example's operands, not stacked ones
+ROWS_FORWARD = _Rows(as_one=False)
 REDUCE = _Reduce()
 VIEW = _View()
 
@@ -197,4 +291,16 @@ def rule_of(defn):
     return rule or None
 
 
-__all__ = ["Rule", "SLICE", "LIST", "ELEMENTWISE", "MATMUL", "ROWS", "REDUCE", "VIEW", "rule_of"]
+__all__ = [
+    "Rule",
+    "SLICE",
+    "LIST",
+    "CONCAT",
+    "ELEMENTWISE",
+    "MATMUL",
+    "ROWS",
+    "ROWS_FORWARD",
+    "REDUCE",
+    "VIEW",
+    "rule_of",
+]

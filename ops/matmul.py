@@ -263,7 +263,7 @@ def _infer_outer(attrs, x, y):
     return (x.shape[0], y.shape[0]), result_dtype(x, y)
 
 
-@register("outer", inputs=("X", "Y"), infer=_infer_outer, batch=batching.ROWS)
+@register("outer", inputs=("X", "Y"), infer=_infer_outer, batch=batching.ROWS_FORWARD)
 def outer(xp, attrs, x, y):
     """Out[i, j] = X[i] * Y[j] for vectors X (m,) and Y (n,) (torch.outer, numpy.outer).
 

@@ -222,6 +222,7 @@ def _infer_concat(attrs, xs):
     attrs={"axis": Attr("int", 0)},
     infer=_infer_concat,
     no_need_buffer=("X",),
+    batch=batching.CONCAT,
 )
 def concat(xp, attrs, xs):
     """Out = X[0], X[1], ... joined along ``axis``.  dX[i] = the matching piece of split(dOut)."""

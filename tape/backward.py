@@ -20,6 +20,7 @@ from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape import (
     backward_faults,
+    batched_backward,
     collector,
     eager_speculation,
     grad_memo,
@@ -153,16 +154,36 @@ def _after_forward(tape, loss, retain_graph, progress=None):
     backward took with its kernels. A structure seen again records its gradient ops lazily
     (learnt and replayed, ``tape.replay``), so repeated steps run forward and backward as one
     compiled, fused plan. ``progress``: a failed one's, to resume (``tape.backward_faults``)."""
+    run = None
     if progress is None:
         from tape.lazy import run_before_backward
 
+        tape._batched_run = tape._batched_backward = None
         run_before_backward(tape, loss)
+        run, tape._batched_run = getattr(tape, "_batched_run", None), None
     lazy, record_all = tape.lazy, tape.record_all
     tape.lazy = tape.record_all = False  # (ops that ran and need no gradient stay off the tape)
     try:
-        return _scan(tape, loss, None, retain_graph, False, None, progress)
+        leaves = None
+        if run is not None and not retain_graph and _plain(tape):
+            # (the forward ran autobatched: its backward batches the same way)
+            with _mode(tape, False):
+                leaves = batched_backward.gradients(tape, loss, run, _seed_grad(loss, None))
+        if leaves is None:
+            leaves = _scan(tape, loss, None, retain_graph, False, None, progress)
     finally:
         tape.lazy, tape.record_all = lazy, record_all
+    if progress is None:
+        from tape.lazy import measured_with_backward
+
+        measured_with_backward(tape)  # (autobatch="auto" weighs forward and backward)
+    return leaves
+
+
+def _plain(tape):
+    """Whether a backward on ``tape`` needs none of the scan's watchers: gradient hooks,
+    writes to recorded buffers, shared buffers, a profiler or anomaly block."""
+    return not tape._grad_hooks and not tape._written and not SHARED and instrument.ACTIVE is None
 
 
 def _scan(tape, loss, seed, retain_graph, create_graph, wanted, progress=None, memo=False):

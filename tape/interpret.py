@@ -58,6 +58,7 @@ def _run(tape, scan, autobatch):
     )
     staged = {}
     committed = False
+    tape._batched_run = None
     try:
         if autobatch is None:
             tape._last_autobatch = None
@@ -95,7 +96,7 @@ def run_in_order(tape):
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
     staged = {}
     committed = False
-    tape._last_autobatch = None
+    tape._last_autobatch = tape._batched_run = None
     try:
         _execute_in_order(ops, staged, xp)
         with uninterrupted():
@@ -453,6 +454,9 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
                     release(var)
                 var._pending = freed
         var = None
+    # (what the backward of a structure seen for the first time batches the same way:
+    # tape.batched_backward; ``rows`` lets it gather the members' values as the forward did)
+    tape._batched_run = (ops, groups, rules, rows)
 
 
 def _described(op, size):

@@ -214,9 +214,12 @@ def run_before_backward(tape, loss):
     (``tape.backward._after_forward``): every one of them in tape order, as eager mode would
     have (``tape.interpret.run_in_order``); or, where the options batch (``autobatch="auto"``
     when batching measured faster for this model, or always), the run ``loss`` needs,
-    autobatched. Timed for ``autobatch="auto"``'s choice, as interpreted runs are."""
+    autobatched. Timed for ``autobatch="auto"``'s choice with the backward that follows (it
+    batches as the forward did: ``tape.batched_backward``): the caller ends the measurement
+    (``measured_with_backward``) once the gradients are there."""
     batching = None if options.exact else options.autobatch
     choice = None
+    tape._with_backward = tape._unmeasured = None
     if batching == "auto":
         choice = _choose(tape._pending_ops)
         batching = HEURISTICS[0] if choice[1] else None
@@ -225,7 +228,11 @@ def run_before_backward(tape, loss):
         choice is None or not autobatch_choice.prefers_batching(choice[0])
     )
     if batching is not None or not tape._pending_ops:
-        _run(tape, [loss], choice, interpreted=True)
+        tape._with_backward = True  # (_interpret leaves the measurement to the backward's end)
+        try:
+            _run(tape, [loss], choice, interpreted=True)
+        finally:
+            tape._with_backward = None
         return
     try:
         with tape._run_lock, collector.paused():
@@ -236,11 +243,18 @@ def run_before_backward(tape, loss):
                 return
             tape.maybe_compact()
             if choice is not None:
-                _measured(tape, choice, started, count)
+                tape._unmeasured = (choice, started, count)
             else:
                 tape._last_choice = None
     finally:
         _run_ended(tape)
+
+
+def measured_with_backward(tape):
+    """Ends the measurement ``run_before_backward`` started, its backward done."""
+    unmeasured, tape._unmeasured = getattr(tape, "_unmeasured", None), None
+    if unmeasured is not None:
+        _measured(tape, *unmeasured)
 
 
 def flush(tape):
@@ -268,6 +282,9 @@ def explain(tape=None) -> str:
     lines = [] if way is None else [_explain_eager_way(way)]
     if batched is not None:
         lines.append(_explain_autobatch(*batched))
+        differentiated = getattr(tape, "_batched_backward", None)
+        if way is not None and differentiated is not None:
+            lines.append(_explain_batched_backward(*differentiated))
     elif choice is not None or way is not None:
         lines.append(
             ("forward run in tape order" if way else "interpreted run") + ", not autobatched"
@@ -342,6 +359,14 @@ def _explain_autobatch(ran, groups, bailed):
     return "\n".join(lines)
 
 
+def _explain_batched_backward(groups, members, alone):
+    """The account of the backward that followed an autobatched run (tape.batched_backward)."""
+    return (
+        f"backward batched as the forward: {members} ops differentiated in {groups} groups, "
+        f"one gradient maker each; {alone} ops one by one"
+    )
+
+
 def _run(tape, targets, choice=None, interpreted=False):
     if targets and not tape._pending_ops and all(v._value is not None for v in targets):
         for var in targets:  # nothing can be owed to them: they are up to date
@@ -408,7 +433,10 @@ def _interpret(tape, scan, choice=None):
     if missing is not None:
         return missing
     if options.autobatch == "auto" and not options.exact:
-        _measured(tape, choice, started, len(scan.pending))
+        if getattr(tape, "_with_backward", None):  # (ended once the backward is done)
+            tape._unmeasured = (choice, started, len(scan.pending))
+        else:
+            _measured(tape, choice, started, len(scan.pending))
         if not autobatch_choice.prefers_batching(choice[0]):
             return None
     else:

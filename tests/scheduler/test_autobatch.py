@@ -44,6 +44,8 @@ STEPS = {
     "outer": lambda h, p, x: ops.matmul(h, x, transpose_x=True) if h.ndim == 2 else h,
     "sum_rows": lambda h, p, x: ops.reduce_sum(h, axis=0) if h.ndim == 2 else h,
     "unsqueeze": lambda h, p, x: ops.reshape(h, shape=(1, DIM)) if h.ndim == 1 else h,
+    "halves": lambda h, p, x: ops.concat([ops.tanh(h[..., :1]), h[..., 1:]], axis=-1),
+    "rows": lambda h, p, x: ops.concat([h, h * h], axis=0)[: h.shape[0]] if h.ndim == 2 else h,
 }
 
 
@@ -518,4 +520,4 @@ def test_ops_opt_in_beside_their_kernels():
     assert batching.rule_of(REGISTRY["tanh"]) is batching.ELEMENTWISE  # elementwise default
     assert batching.rule_of(REGISTRY["matmul"]) is batching.MATMUL
     assert batching.rule_of(REGISTRY["dropout"]) is None  # random: not elementwise-batched
-    assert batching.rule_of(REGISTRY["concat"]) is None
+    assert batching.rule_of(REGISTRY["concat"]) is batching.CONCAT

@@ -1,0 +1,178 @@
+"""The backward of an autobatched forward batches as the forward did (tape.batched_backward):
+a per-example model's gradients are eager mode's (within the rounding of sums taken in another
+order), members a gradient did not reach send none on, inputs that need no gradient get none,
+and where a group cannot be differentiated as one the members are, one by one."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+import ops
+import tape
+from ops import batching
+from ops.registry import register, unregister
+from tape import batched_backward, replay
+from tape.errors import FluidError
+
+DIM = 5
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    w = tape.Variable(rng.standard_normal((2 * DIM, DIM)) / DIM, requires_grad=True)
+    b = tape.Variable(rng.standard_normal(DIM), requires_grad=True)
+    table = tape.Variable(rng.standard_normal((9, DIM)), requires_grad=True)
+    for name, var in (("w", w), ("b", b), ("table", table)):
+        var.name, var.persistable = name, True
+    return w, b, table
+
+
+def _tree(leaves, params, seed):
+    """A per-example tree RNN over ``leaves`` ids, combined left to right: a node is
+    tanh(concat(left, right) @ W + b); returns the root."""
+    w, b, table = params
+    rng = np.random.default_rng(seed)
+    nodes = [ops.lookup_table(table, tape.Variable(np.array([i]))) for i in leaves]
+    while len(nodes) > 1:
+        i = int(rng.integers(len(nodes) - 1))
+        joined = ops.concat([nodes[i], nodes[i + 1]], axis=-1)
+        nodes[i : i + 2] = [ops.tanh(ops.matmul(joined, w) + b)]
+    return nodes[0]
+
+
+def _forget_structures():
+    lazy = importlib.import_module("tape.lazy")  # (the module: tape.lazy is the context manager)
+    replay.forget()
+    for remembered in (lazy._SEEN, lazy._BATCHED):
+        remembered.clear()
+
+
+def _step(forest, lazy, used=None, inputs=None):
+    """Gradients of the sum of the roots' squares (of the trees ``used``, default all), and of
+    per-example inputs ``inputs`` (scales, requires_grad flags) multiplied into the roots."""
+    params = _params()
+    used_tapes.clear()
+    _forget_structures()  # (each step here is a first sighting, as a new tree batch is)
+
+    def run():
+        tape.reset_global_tape()
+        roots = [_tree(leaves, params, seed) for seed, leaves in enumerate(forest)]
+        scales = []
+        if inputs is not None:
+            scales = [tape.Variable(np.full(DIM, s), requires_grad=r) for s, r in inputs]
+            roots = [root * scale for root, scale in zip(roots, scales, strict=True)]
+        chosen = roots if used is None else [roots[i] for i in used]
+        loss = ops.sum([ops.reduce_sum(r * r) for r in chosen])
+        tape.backward(loss)
+        used_tapes.append(tape.get_global_tape())
+        return loss, scales
+
+    if lazy is None:
+        loss, scales = run()
+        explained = None
+    else:
+        with tape.lazy(**lazy):
+            loss, scales = run()
+            explained = tape.explain()
+    grads = [None if p.grad() is None else p.grad().numpy().copy() for p in params]
+    grads += [None if s.grad() is None else s.grad().numpy().copy() for s in scales]
+    return loss.numpy(), grads, explained
+
+
+used_tapes = []  # (the tape of the last step)
+FOREST = [[1, 2, 3, 4], [5, 6, 7], [1, 8, 2, 3, 4], [2, 2], [7, 6, 5, 4, 3]]
+BATCHED = {"compile": False, "autobatch": True}
+
+
+def _assert_close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g is None) == (w is None)
+        if w is not None:
+            np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-13)
+
+
+def test_a_per_example_models_backward_batches_as_its_forward_did():
+    want_loss, want, _ = _step(FOREST, None)
+    loss, got, explained = _step(FOREST, BATCHED)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-12)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained, explained
+    line = next(s for s in explained.splitlines() if s.startswith("backward batched"))
+    assert not line.startswith("backward batched as the forward: 0 ops"), line
+
+
+def test_members_a_gradient_did_not_reach_send_none_on():
+    inputs = [(1.5, True), (0.5, True), (2.0, True), (1.0, True), (0.7, True)]
+    want_loss, want, _ = _step(FOREST, None, used=[0, 2, 4], inputs=inputs)
+    loss, got, _ = _step(FOREST, BATCHED, used=[0, 2, 4], inputs=inputs)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-12)
+    _assert_close(got, want)
+    assert got[4] is None and got[6] is None  # (the unused trees' scales: no gradient)
+
+
+def test_inputs_that_need_no_gradient_get_none_beside_members_that_do():
+    inputs = [(1.5, True), (0.5, False), (2.0, True), (1.0, False), (0.7, True)]
+    want_loss, want, _ = _step(FOREST, None, inputs=inputs)
+    _, got, _ = _step(FOREST, BATCHED, inputs=inputs)
+    _assert_close(got, want)
+    assert got[4] is None and got[6] is None
+
+
+def test_a_group_that_does_not_read_as_one_op_is_differentiated_member_by_member(monkeypatch):
+    _, want, _ = _step(FOREST, None)
+    monkeypatch.setattr(batching.MATMUL, "as_op", lambda *args: None)
+    _, got, explained = _step(FOREST, BATCHED)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained  # (the other groups still were)
+
+
+def test_a_batched_backward_that_fails_leaves_the_op_by_op_backward_to_run(monkeypatch):
+    _, want, _ = _step(FOREST, None)
+
+    def failing(*args):
+        raise RuntimeError("a group could not be differentiated")
+
+    monkeypatch.setattr(batched_backward, "_as_one", failing)
+    _, got, explained = _step(FOREST, BATCHED)
+    _assert_close(got, want)
+    assert "backward batched" not in explained
+
+
+def test_the_step_leaves_no_op_on_the_tape():
+    _step(FOREST, BATCHED)
+    (used,) = used_tapes
+    assert used.ops == [] and used._pending_ops == []  # as an eager step's
+
+
+@pytest.fixture
+def failing_gradient():
+    """An elementwise op whose gradient maker fails."""
+
+    @register("doubled", inputs=("X",), infer=lambda attrs, x: (x.shape, x.dtype), elementwise=True)
+    def doubled(xp, attrs, x):
+        return 2 * x
+
+    @doubled.gradient
+    def _(g):
+        raise ValueError("no gradient here")
+
+    yield doubled
+    unregister("doubled")
+
+
+def test_a_failing_gradient_is_reported_as_op_by_op(failing_gradient):
+    def run(lazy):
+        tape.reset_global_tape()
+        params = _params()
+        roots = [failing_gradient(_tree(leaves, params, s)) for s, leaves in enumerate(FOREST)]
+        with pytest.raises(FluidError) as caught:
+            tape.backward(ops.sum([ops.reduce_sum(r) for r in roots]))
+        return str(caught.value)
+
+    want = run(None)
+    with tape.lazy(**BATCHED):
+        got = run(BATCHED)
+    assert "no gradient here" in got and "'doubled'" in got
+    assert got.splitlines()[0] == want.splitlines()[0]
