@@ -204,6 +204,10 @@ def setup_fluidtape_autobatch(config, data):
     return setup_fluidtape(config, data, per_example.AUTOBATCH)
 
 
+def setup_fluidtape_autobatch_always(config, data):
+    return setup_fluidtape(config, data, per_example.AUTOBATCH_ALWAYS)
+
+
 # ---- PyTorch, one tree at a time ----------------------------------------------------------
 
 
@@ -247,5 +251,6 @@ IMPLEMENTATIONS = {
     "fluidtape": setup_fluidtape,
     "fluidtape-lazy": setup_fluidtape_lazy,
     "fluidtape-autobatch": setup_fluidtape_autobatch,
+    "fluidtape-autobatch-always": setup_fluidtape_autobatch_always,
     "torch": setup_torch,
 }
