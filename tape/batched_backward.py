@@ -68,8 +68,12 @@ def gradients(tape, loss, run, seed):
         return None
     ops = tape._ops
     for op in reached:  # (released and dropped, as the op-by-op scan drops them)
-        for var in op.output_vars():
-            var._released = True
+        results = op.results
+        if len(results) == 1 and results[0].__class__ is Variable:
+            results[0]._released = True
+        else:
+            for var in op.output_vars():
+                var._released = True
         if op.index < len(ops) and ops[op.index] is op:
             ops[op.index] = None
     tape._batched_backward = (counts[0], counts[1], len(reached) - counts[1])  # (explain)
@@ -105,11 +109,13 @@ def _group(members, rule, pending, rows, backward, counts):
     reads as one op (else one by one, as ``_one``); returns them. ``counts``: groups and
     members differentiated as one so far."""
     active, gouts = [], []
+    pop, total, pieces = pending.pop, backward._total, backward._Slices
     for op in members:
-        item = pending.pop(id(op.results[0]), None)
+        item = pop(id(op.results[0]), None)
         if item is not None:
             active.append(op)
-            gouts.append(backward._total(item))
+            g = item[1]  # (one gradient, as most are: no call to sum them)
+            gouts.append(g if len(item) == 2 and g.__class__ is not pieces else total(item))
     if len(active) > 1 and active[0].defn.grad_maker is not None:
         shares = _as_one(active, gouts, rule, rows)
         if shares is not None:
