@@ -54,7 +54,7 @@ def gradients(tape, loss, run, seed):
     units.reverse()
     units += [((op,), None) for op in reversed(tape._ops) if op and id(op) not in in_run]
     pending = {id(loss): [loss, seed]}
-    reached, counts = [], [0, 0]  # (groups differentiated as one, their members)
+    reached, counts = [], {}  # (op type -> [groups differentiated as one, their members])
     try:
         for members, rule in units:
             if rule is None or len(members) < 2:
@@ -76,7 +76,8 @@ def gradients(tape, loss, run, seed):
                 var._released = True
         if op.index < len(ops) and ops[op.index] is op:
             ops[op.index] = None
-    tape._batched_backward = (counts[0], counts[1], len(reached) - counts[1])  # (explain)
+    together = sum(members for _, members in counts.values())
+    tape._batched_backward = (counts, len(reached) - together)  # (for tape.explain)
     tape._structure = None
     tape.compact(lambda op: True)
     if tape.steps_only:
@@ -106,8 +107,8 @@ def _one(op, pending, backward):
 
 def _group(members, rule, pending, rows, backward, counts):
     """A group's members that a gradient reached, differentiated together where the rule
-    reads as one op (else one by one, as ``_one``); returns them. ``counts``: groups and
-    members differentiated as one so far."""
+    reads as one op (else one by one, as ``_one``); returns them. ``counts``: per op type,
+    the groups and members differentiated as one so far."""
     active, gouts = [], []
     pop, total, pieces = pending.pop, backward._total, backward._Slices
     for op in members:
@@ -121,8 +122,9 @@ def _group(members, rule, pending, rows, backward, counts):
         if shares is not None:
             for g, var in shares:
                 backward._accumulate(g, var, pending)
-            counts[0] += 1
-            counts[1] += len(active)
+            tally = counts.setdefault(active[0].defn.type, [0, 0])
+            tally[0] += 1
+            tally[1] += len(active)
             return active
     for op, g in zip(active, gouts):
         if op.defn.grad_maker is not None:

@@ -359,12 +359,20 @@ def _explain_autobatch(ran, groups, bailed):
     return "\n".join(lines)
 
 
-def _explain_batched_backward(groups, members, alone):
-    """The account of the backward that followed an autobatched run (tape.batched_backward)."""
-    return (
+def _explain_batched_backward(counts, alone):
+    """The account of the backward that followed an autobatched run (tape.batched_backward):
+    per op type, the groups differentiated by one gradient maker each and their members."""
+    groups = sum(g for g, _ in counts.values())
+    members = sum(m for _, m in counts.values())
+    lines = [
         f"backward batched as the forward: {members} ops differentiated in {groups} groups, "
         f"one gradient maker each; {alone} ops one by one"
-    )
+    ]
+    lines += [
+        f"  {op_type}: {m} ops in {g} group{'s' if g > 1 else ''}"
+        for op_type, (g, m) in sorted(counts.items(), key=lambda item: -item[1][1])
+    ]
+    return "\n".join(lines)
 
 
 def _run(tape, targets, choice=None, interpreted=False):

@@ -99,8 +99,11 @@ def test_a_per_example_models_backward_batches_as_its_forward_did():
     np.testing.assert_allclose(loss, want_loss, rtol=1e-12)
     _assert_close(got, want)
     assert "backward batched as the forward" in explained, explained
-    line = next(s for s in explained.splitlines() if s.startswith("backward batched"))
-    assert not line.startswith("backward batched as the forward: 0 ops"), line
+    lines = explained.splitlines()
+    at = next(i for i, s in enumerate(lines) if s.startswith("backward batched"))
+    assert not lines[at].startswith("backward batched as the forward: 0 ops"), lines[at]
+    per_type = {s.split(":")[0].strip() for s in lines[at + 1 :]}  # (one line per op type)
+    assert {"matmul", "concat", "tanh", "lookup_table"} <= per_type, explained
 
 
 def test_members_a_gradient_did_not_reach_send_none_on():
