@@ -154,17 +154,20 @@ class _Reduce(Rule):
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         ((_, stacked),) = inputs
-        rank = stacked.ndim - 1
-        axis = attrs["axis"]
-        axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
-        return kernel(xp, {**attrs, "axis": tuple(a + 1 for a in axes)}, stacked)
+        return kernel(xp, self._moved(attrs, stacked.ndim - 1), stacked)
 
     def as_op(self, attrs, shapes, each, n, out_shape):
-        ((shape,),) = (shapes,)
-        rank, axis = len(shape), attrs["axis"]
-        axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
-        moved = {**attrs, "axis": tuple(a + 1 for a in axes)}
+        (shape,) = shapes
+        moved = self._moved(attrs, len(shape))
         return moved, (0,), [(n,) + tuple(shape)], (n,) + tuple(out_shape)
+
+    @staticmethod
+    def _moved(attrs, rank):
+        """The attributes with the reduced axes of a member of ``rank`` moved past the member
+        axis (None: all of the member's axes)."""
+        axis = attrs["axis"]
+        axes = range(rank) if axis is None else (a % rank for a in axis) if rank else ()
+        return {**attrs, "axis": tuple(a + 1 for a in axes)}
 
 
 class _View(Rule):
@@ -198,13 +201,16 @@ class _Axes(Rule):
         return all(each)
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
-        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
-        return kernel(xp, {**attrs, **moved}, *(value for _, value in inputs))
+        return kernel(xp, self._moved(attrs), *(value for _, value in inputs))
 
     def as_op(self, attrs, shapes, each, n, out_shape):
-        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
         stacked = [(n,) + tuple(shape) for shape in shapes]
-        return {**attrs, **moved}, tuple(range(len(shapes))), stacked, (n,) + tuple(out_shape)
+        return self._moved(attrs), tuple(range(len(shapes))), stacked, (n,) + tuple(out_shape)
+
+    def _moved(self, attrs):
+        """The attributes with their non-negative axes moved past the member axis."""
+        moved = {k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in self.names}
+        return {**attrs, **moved}
 
 
 class _List(Rule):
