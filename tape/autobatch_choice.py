@@ -43,8 +43,9 @@ def model_key(pending):
     return None
 
 
-def choose(key):
-    """Whether the next interpreted run of the model ``key`` autobatches."""
+def choose(key, probe=False):
+    """Whether the next interpreted run of the model ``key`` autobatches; with ``probe``, the
+    way not preferred now is tried (eager speculation's probe: ``tape.eager_speculation``)."""
     costs = _MODELS.get(key)
     if costs is None:
         costs = _MODELS[key] = Measured(first=True)
@@ -52,7 +53,7 @@ def choose(key):
             _MODELS.popitem(last=False)
     else:
         _MODELS.move_to_end(key)
-    return costs.choose()
+    return costs.probe() if probe else costs.choose()
 
 
 def measured(key, batched, seconds, ops):

@@ -11,11 +11,16 @@ follows the data (trees, parses, sentences) is such a model at every step.
 So after a lazy step (``STREAK`` in a row) whose structure was new and whose forward ran
 unbatched (autobatching off, or ``autobatch="auto"`` having measured the unbatched run cheaper
 for the model), ``reset_global_tape()`` in the ``tape.lazy()`` block makes an eager tape: the
-step runs as eager mode runs it, values and gradients bit for bit. Its backward still takes the
-structure's sketch (``tape.tier_choice``), so a structure that starts to repeat is noticed: a
-known sketch ends the streak and the next step records lazily again, on the way to its
-compiled plan. Every ``PROBE``-th speculated step records lazily anyway, so autobatching's
-choice is measured again now and then. ``tape.explain()`` says when a step was speculated.
+step runs as eager mode runs it, values and gradients bit for bit. Every ``SKETCH_EVERY``-th
+such step's backward takes the structure's sketch (``tape.tier_choice``), so a structure that
+starts to repeat is noticed: a known sketch ends the streak and the next step records lazily
+again, on the way to its compiled plan. Where the block may autobatch, a speculated step now
+and then records lazily anyway and autobatches (a probe, ``autobatch_choice.choose``'s), so
+the choice is measured again: the ``PROBE``-th speculated step, and after each probe that left
+the choice as it was, twice as many as before, up to ``MAX_INTERVAL`` (as
+``tape.measured_choice`` spaces its probes). A probe costs 10-20% of its step, so a settled
+model pays about 0.02% for them. With ``autobatch=False`` or ``exact=True`` there is no choice
+to measure and no probe. ``tape.explain()`` says when a step was speculated.
 
 Only steps that lazy mode would run the eager way are speculated: the options must interpret new
 structures (no ``compile=True``, threads > 1, ``validate`` or ``debug``).
@@ -31,31 +36,62 @@ from tape import tier_choice
 # (the next structure repeats) costs an eager step instead of the eager way's (about the same)
 # and delays the structure's compiled plan by a step.
 STREAK = 1
-PROBE = 32  # every PROBE-th speculated step records lazily instead
+# Speculated steps per sketched one. A sketch costs ~1% of an eager step of small ops (the
+# ``scaling`` chain), which is what speculation saves over recording lazily; a model whose
+# structure starts to repeat is noticed within two sketched steps (one remembers the sketch,
+# the next meets it), or, cycling through k structures, within k + 1.
+SKETCH_EVERY = 4
+PROBE = 32  # the first probe's interval in speculated steps (a probe records lazily instead)
+MAX_INTERVAL = 1024  # the interval a probe that changed nothing doubles, up to this
 
 _state = threading.local()  # (this thread's streak, its speculated steps)
 
 
 def next_step_eager():
     """Whether the global tape ``reset_global_tape`` is making in a lazy block records eagerly."""
-    from tape.lazy import interprets_new_structures
+    from tape.lazy import interprets_new_structures, may_autobatch
 
     if getattr(_state, "streak", 0) < STREAK or not interprets_new_structures():
         return False
     _state.speculated = getattr(_state, "speculated", 0) + 1
-    return _state.speculated % PROBE != 0
+    if _state.speculated < interval() or not may_autobatch():
+        return True
+    _state.speculated, _state.probing = 0, True
+    return False
+
+
+def probing():
+    """Whether the step ``next_step_eager`` just declined is a probe: its run tries the way
+    ``autobatch="auto"`` does not prefer now (``tape.lazy.run_before_backward``)."""
+    return getattr(_state, "probing", False)
 
 
 def lazy_step(new_and_unbatched):
     """Notes a lazy step's backward: whether its structure was new and its forward ran
-    unbatched (the streak grows) or not (it ends)."""
+    unbatched (the streak grows) or not (it ends). After a probe, sets when the next comes."""
     _state.streak = getattr(_state, "streak", 0) + 1 if new_and_unbatched else 0
+    if getattr(_state, "probing", False):
+        _state.probing = False
+        _state.doublings = getattr(_state, "doublings", 0) + 1 if new_and_unbatched else 0
 
 
-def eager_step(sketched):
-    """Notes a speculated step's backward (its structure's ``sketch``): a new structure grows
-    the streak, one seen before ends it, so the next step records lazily."""
-    _state.streak = 0 if tier_choice.seen(sketched) else getattr(_state, "streak", 0) + 1
+def interval():
+    """Speculated steps from one probe to the next: ``PROBE``, doubled after each probe that
+    changed nothing, up to ``MAX_INTERVAL``."""
+    return min(PROBE << min(getattr(_state, "doublings", 0), 16), MAX_INTERVAL)
+
+
+def eager_step(sketch):
+    """Notes a speculated step's backward: every ``SKETCH_EVERY``-th, its structure's
+    ``sketch()`` says whether it repeats; a new structure grows the streak, one seen before ends
+    it, so the next step records lazily."""
+    _state.unsketched = getattr(_state, "unsketched", 0) + 1
+    if _state.unsketched < SKETCH_EVERY:
+        tier_choice.step_unmeasured()
+        _state.streak = getattr(_state, "streak", 0) + 1
+        return
+    _state.unsketched = 0
+    _state.streak = 0 if tier_choice.seen(sketch()) else getattr(_state, "streak", 0) + 1
 
 
 def streak():
@@ -65,7 +101,20 @@ def streak():
 
 def reset():
     """Forgets this thread's streak (tests start afresh)."""
-    _state.streak = _state.speculated = 0
+    _state.streak = _state.speculated = _state.unsketched = 0
+    _state.doublings, _state.probing = 0, False
 
 
-__all__ = ["next_step_eager", "lazy_step", "eager_step", "streak", "reset", "STREAK", "PROBE"]
+__all__ = [
+    "next_step_eager",
+    "lazy_step",
+    "eager_step",
+    "probing",
+    "streak",
+    "reset",
+    "interval",
+    "STREAK",
+    "SKETCH_EVERY",
+    "PROBE",
+    "MAX_INTERVAL",
+]

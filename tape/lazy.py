@@ -221,7 +221,7 @@ def run_before_backward(tape, loss):
     choice = None
     tape._with_backward = tape._unmeasured = None
     if batching == "auto":
-        choice = _choose(tape._pending_ops)
+        choice = _choose(tape._pending_ops, probe=tape.probe)
         batching = HEURISTICS[0] if choice[1] else None
     # (whether a model with this step's forward may be speculated eager: tape.eager_speculation)
     tape._unbatched_forward = batching is None and (
@@ -255,6 +255,8 @@ def measured_with_backward(tape):
     unmeasured, tape._unmeasured = getattr(tape, "_unmeasured", None), None
     if unmeasured is not None:
         _measured(tape, *unmeasured)
+        if tape.probe:  # (speculation goes on if the probe did not change the choice)
+            tape._unbatched_forward = not autobatch_choice.prefers_batching(unmeasured[0][0])
 
 
 def flush(tape):
@@ -454,10 +456,10 @@ def _interpret(tape, scan, choice=None):
     return None
 
 
-def _choose(pending):
+def _choose(pending, probe=False):
     """``autobatch="auto"``'s choice for a run of ``pending``: (its model's key, batched?)."""
     key = autobatch_choice.model_key(pending)
-    return key, autobatch_choice.choose(key)
+    return key, autobatch_choice.choose(key, probe)
 
 
 def _measured(tape, choice, started, ops):
@@ -510,6 +512,12 @@ def interprets_new_structures():
     return not (
         (options.threads != "auto" and options.threads > 1) or options.validate or options.debug
     )
+
+
+def may_autobatch():
+    """Whether an interpreted run in the current block may autobatch (``autobatch`` not off,
+    not ``exact``)."""
+    return bool(options.autobatch) and not options.exact
 
 
 def _gradients(tape, targets):

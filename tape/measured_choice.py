@@ -78,6 +78,15 @@ class Measured:
         self.probing = self.runs >= self.next_probe
         return best != self.probing
 
+    def probe(self):
+        """The way a probe asked for now takes (the one not preferred, once both are measured;
+        until then as ``choose``); counts the run."""
+        if not self.runs_of[self.first] or not self.runs_of[not self.first]:
+            return self.choose()
+        self.runs += 1
+        self.probing = True
+        return not self.prefers_other()
+
     def measured(self, other, per_op):
         """Records a run of the alternative (``other``) or the usual way costing ``per_op``
         seconds per op; after a probe, sets when the next one comes."""

@@ -52,9 +52,10 @@ class Tape:
         # A thread's global tape (get_global_tape, reset_global_tape), which only runs the
         # user's steps; a Tape made by hand may also become a Program (Program.from_tape).
         self.steps_only = False
-        # A global tape that records eagerly in a lazy block (tape.eager_speculation), and
-        # whether a lazy step's forward ran unbatched (set by its run before the backward).
-        self.speculated = self._unbatched_forward = False
+        # A global tape that records eagerly in a lazy block (tape.eager_speculation), one that
+        # records lazily as its probe, and whether a lazy step's forward ran unbatched (set by
+        # its run before the backward).
+        self.speculated = self.probe = self._unbatched_forward = False
         guard.register(self)
 
     @property
@@ -222,6 +223,7 @@ def _steps_tape():
     speculated = state.lazy and eager_speculation.next_step_eager()
     tape = Tape(lazy=state.lazy and not speculated)
     tape.steps_only, tape.speculated = True, speculated
+    tape.probe = state.lazy and not speculated and eager_speculation.probing()
     return tape
 
 

@@ -112,18 +112,28 @@ def seen(sketched):
     returns whether it was known; a new one is remembered as a first sighting is. The step the
     previous lazy backward started ends unmeasured."""
     with _LOCK:
-        previous = getattr(_open, "step", None)
-        _open.step = None
-        if previous is not None:
-            timed = _SKETCHES.get(previous[0])
-            if timed is not None:
-                timed.probing = False
+        _end_unmeasured()
         if sketched in _SKETCHES:
             _SKETCHES.move_to_end(sketched)
             return True
         _SKETCHES.put(sketched, Measured(first=False, patience=PATIENCE, margin=MARGIN))
         cold()
         return False
+
+
+def step_unmeasured():
+    """Ends, unmeasured, the step the previous lazy backward started (an eager step between)."""
+    with _LOCK:
+        _end_unmeasured()
+
+
+def _end_unmeasured():
+    previous = getattr(_open, "step", None)
+    _open.step = None
+    if previous is not None:
+        timed = _SKETCHES.get(previous[0])
+        if timed is not None:
+            timed.probing = False
 
 
 def costs_of(sketched):

@@ -50,6 +50,16 @@ def test_a_losing_mode_is_probed_ever_less_often():
     assert len(probes) <= 1000 // MAX_INTERVAL + 5
 
 
+def test_a_probe_asked_for_takes_the_way_not_preferred_and_is_measured_as_one():
+    assert autobatch_choice.choose("m", probe=True) is True  # (a new model: as choose)
+    autobatch_choice.measured("m", True, 2.0, 1)
+    autobatch_choice.measured("m", False, 1.0, 1)
+    assert autobatch_choice.choose("m", probe=True) is True
+    autobatch_choice.measured("m", True, 0.5, 1)  # the probe won: its old runs are forgotten
+    assert autobatch_choice.prefers_batching("m")
+    assert autobatch_choice.choose("m", probe=True) is False
+
+
 def test_a_probe_that_wins_switches_the_choice():
     _settle("m", batched_cost=2.0, plain_cost=1.0)
     taken = _modes("m", PROBE, 2.0, 1.0)

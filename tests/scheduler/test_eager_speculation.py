@@ -9,7 +9,7 @@ import pytest
 import layers
 import ops
 import tape
-from tape import autobatch_choice, eager_speculation
+from tape import autobatch_choice, eager_speculation, tier_choice
 
 pytestmark = pytest.mark.usefixtures("structures_forgotten")
 
@@ -59,7 +59,8 @@ def test_after_a_streak_of_new_structures_a_step_records_eagerly_with_eager_resu
     assert "recorded eagerly" in tape.explain(tapes[-1])
 
 
-def test_a_structure_that_repeats_ends_the_speculation():
+def test_a_structure_that_repeats_ends_the_speculation(monkeypatch):
+    monkeypatch.setattr(eager_speculation, "SKETCH_EVERY", 1)
     model = _model()
     for length in range(1, eager_speculation.STREAK + 2):  # (the last is speculated)
         _step(model, length, autobatch=False)
@@ -69,14 +70,84 @@ def test_a_structure_that_repeats_ends_the_speculation():
     assert not _speculated(after)
 
 
-def test_every_probe_th_speculated_step_records_lazily(monkeypatch):
-    monkeypatch.setattr(eager_speculation, "PROBE", 3)
+def test_a_repeat_is_noticed_by_every_few_speculated_steps_sketch(monkeypatch):
+    sketched = []
+    seen = tier_choice.seen
+    monkeypatch.setattr(tier_choice, "seen", lambda s: sketched.append(s) or seen(s))
     model = _model()
-    tapes = [_step(model, length, autobatch=False)[2] for length in range(1, 10)]
-    # lazy steps make the streak; then each third speculated step is a lazy probe
+    for length in range(1, eager_speculation.STREAK + 2):  # (the last is speculated)
+        _step(model, length, autobatch=False)
+    repeats = 0  # speculated steps of the repeated structure before one records lazily
+    while _speculated(_step(model, 1, autobatch=False)[2]):
+        repeats += 1
+        assert repeats <= eager_speculation.SKETCH_EVERY
+    assert len(sketched) == 1  # (one sketch in SKETCH_EVERY speculated steps: the repeat's)
+
+
+def _never_batching(monkeypatch):
+    """autobatch="auto" measured unbatched runs cheaper for every model."""
+    monkeypatch.setattr(autobatch_choice, "choose", lambda key, probe=False: False)
+    monkeypatch.setattr(autobatch_choice, "prefers_batching", lambda key: False)
+
+
+def test_probes_record_lazily_at_intervals_that_double(monkeypatch):
+    monkeypatch.setattr(eager_speculation, "PROBE", 2)
+    monkeypatch.setattr(eager_speculation, "MAX_INTERVAL", 4)
+    _never_batching(monkeypatch)
+    model = _model()
+    tapes = [_step(model, length)[2] for length in range(1, 16)]
     streak = eager_speculation.STREAK
-    assert [_speculated(t) for t in tapes[streak:]] == ([True, True, False] * 3)[: 9 - streak]
     assert not any(_speculated(t) for t in tapes[:streak])
+    # the streak made, probes come after 2, then 4 (twice the last), then 4 (the cap) steps
+    probes = [i for i, t in enumerate(tapes[streak:]) if not _speculated(t)]
+    assert probes == [1, 5, 9, 13]
+
+
+def test_a_probe_asks_autobatching_for_the_way_it_does_not_prefer(monkeypatch):
+    monkeypatch.setattr(eager_speculation, "PROBE", 2)
+    _never_batching(monkeypatch)
+    asked = []
+    monkeypatch.setattr(autobatch_choice, "choose", lambda key, probe=False: asked.append(probe))
+    model = _model()
+    tapes = [_step(model, length)[2] for length in range(1, 6)]
+    lazy = [t for t in tapes if not _speculated(t)]
+    assert [t.probe for t in lazy] == [False] * eager_speculation.STREAK + [True]
+    assert asked == [False] * eager_speculation.STREAK + [True]
+
+
+def test_a_probe_whose_batching_lost_keeps_the_speculation(monkeypatch):
+    monkeypatch.setattr(eager_speculation, "PROBE", 2)
+    monkeypatch.setattr(autobatch_choice, "prefers_batching", lambda key: False)
+    model = _model()
+    tapes = [_step(model, length)[2] for length in range(1, 12)]
+    probes = [t for t in tapes if t.probe]
+    assert probes and all(t._last_autobatch is not None for t in probes)  # (they batched)
+    after = tapes[tapes.index(probes[0]) + 1]
+    assert _speculated(after)
+    assert eager_speculation.interval() == 2 << len(probes)  # (each probe doubled it)
+
+
+def test_a_probe_that_batched_spaces_the_next_one_anew(monkeypatch):
+    monkeypatch.setattr(eager_speculation, "PROBE", 2)
+    _never_batching(monkeypatch)
+    model = _model()
+    for length in range(1, 5):  # (a probe at the second speculated step: the next after 4)
+        _step(model, length)
+    assert eager_speculation.interval() == 4
+    eager_speculation.lazy_step(False)  # (not a probe: the interval stays)
+    assert eager_speculation.interval() == 4
+    eager_speculation._state.probing = True
+    eager_speculation.lazy_step(False)  # a probe whose run batched (or repeated)
+    assert eager_speculation.interval() == 2
+
+
+@pytest.mark.parametrize("options", [{"autobatch": False}, {"exact": True}])
+def test_with_nothing_to_measure_no_step_probes(monkeypatch, options):
+    monkeypatch.setattr(eager_speculation, "PROBE", 2)
+    model = _model()
+    tapes = [_step(model, length, **options)[2] for length in range(1, 10)]
+    streak = eager_speculation.STREAK
+    assert [_speculated(t) for t in tapes] == [False] * streak + [True] * (9 - streak)
 
 
 @pytest.mark.parametrize(
