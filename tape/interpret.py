@@ -440,23 +440,46 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
                 free_at[later if later > number else number].append(entry)
     is_numpy, rows = xp is np, {}
     release, freed = snapshot.release, weakref.ref(tape)
-    for members, rule, frees in zip(groups, rules, free_at):
+    ran = [None] * len(groups)  # per batched group: what its backward reads (see below)
+    kept = [] if getattr(tape, "_with_backward", None) else None  # groups with facts
+    torn = set()  # ids of batched results (and their bases) some rows of which were freed
+    for number, (members, rule, frees) in enumerate(zip(groups, rules, free_at)):
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
-            _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy)
+            facts = _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy)
+            if kept is not None and facts is not None:
+                ran[number] = facts
+                kept.append(number)
         for slot, known in frees:
             var = variables[slot]
             if _count(var) <= known + 3:  # (as in _execute)
                 if var._value is not None:
                     if rows:
-                        rows.pop(id(var._value), None)
+                        row = rows.pop(id(var._value), None)
+                        if row is not None and kept is not None:
+                            torn.update((id(row[0]), id(row[0].base)))  # (freed in part)
                     release(var)
                 var._pending = freed
         var = None
     # (what the backward of a structure seen for the first time batches the same way:
-    # tape.batched_backward; ``rows`` lets it gather the members' values as the forward did)
-    tape._batched_run = (ops, groups, rules, rows)
+    # tape.batched_backward; ``rows`` lets it gather the members' values as the forward did.
+    # For a run the backward follows, ``ran`` holds each batched group's output ids, the
+    # operands it gathered as views and its result, where none of its results was freed --
+    # holding them costs no memory the backward does not hold anyway -- and where no op wrote
+    # in place: a value read then may have changed since)
+    for number in kept or ():
+        ids, operands, out = ran[number]
+        if id(out) in torn:
+            ran[number] = None
+        elif torn:
+            ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out
+    tape._batched_run = (ops, groups, rules, rows, None if staged else ran)
+
+
+def _torn(value, torn):
+    """Whether ``value`` views a batched result some rows of which were freed."""
+    return value is not None and value.base is not None and id(value.base) in torn
 
 
 def _described(op, size):
@@ -495,7 +518,9 @@ def _located_step(step, op, xp, staged, is_numpy):
 
 def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
     """One group as one call: gather, run the op's batch rule, scatter. If the batched call
-    fails, the members run one by one, so the error names the member that fails."""
+    fails, the members run one by one, so the error names the member that fails. Returns the
+    ids of the members' outputs, the inputs as the rule got them and the result (None where
+    the members ran one by one)."""
     first = ops[members[0]]
     try:
         inputs = []
@@ -526,10 +551,14 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
     except Exception:
         for position in members:
             _located_step(steps[position], ops[position], xp, staged, is_numpy)
-        return
+        return None
+    ids = []
     for position, part in zip(members, autobatch.scatter(out, len(members), rows)):
         result = ops[position].results[0]
         result._value, result._pending = part, None
+        ids.append(id(result))
+    # (a copy gathered is not kept: it would hold memory no Variable holds)
+    return ids, [value if value.base is not None else None for _, value in inputs], out
 
 
 def _general(op, kernel, attrs, xp, staged, is_numpy):

@@ -3,6 +3,7 @@ a per-example model's gradients are eager mode's (within the rounding of sums ta
 order), members a gradient did not reach send none on, inputs that need no gradient get none,
 and where a group cannot be differentiated as one the members are, one by one."""
 
+import contextlib
 import importlib
 
 import numpy as np
@@ -179,3 +180,61 @@ def test_a_failing_gradient_is_reported_as_op_by_op(failing_gradient):
         got = run(BATCHED)
     assert "no gradient here" in got and "'doubled'" in got
     assert got.splitlines()[0] == want.splitlines()[0]
+
+
+def _wiring_step(lazy, wire, scaled=False):
+    """A layer of per-example tanh(x @ W) nodes (``scaled``: tanh(x * c + W[0])), then products
+    of nodes paired by ``wire`` (example k's product reads nodes wire[k]): the gradients of W
+    and of the inputs."""
+    rng = np.random.default_rng(3)
+    w = tape.Variable(rng.standard_normal((DIM, DIM)) / DIM, requires_grad=True)
+    # (inputs needing no gradient: a leaf that needs one is read as a parameter, not batched)
+    xs = [tape.Variable(rng.standard_normal(DIM), requires_grad=not scaled) for _ in range(6)]
+    _forget_structures()
+    with tape.lazy(**lazy) if lazy else contextlib.nullcontext():
+        tape.reset_global_tape()
+        c, v = tape.Variable(np.linspace(0.5, 1.5, DIM)), w[0]
+        nodes = [ops.tanh(x * c + v if scaled else ops.matmul(x, w)) for x in xs]
+        products = [nodes[a] * nodes[b] for a, b in wire]
+        tape.backward(ops.sum([ops.reduce_sum(p) for p in products]))
+        explained = tape.explain() if lazy else ""
+    grads = [None if v.grad() is None else v.grad().numpy().copy() for v in [w, *xs]]
+    return grads, explained
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        [(0, 1), (2, 3), (4, 5)],  # each product group reads its operands' rows in order
+        [(5, 4), (3, 2), (1, 0)],  # in reverse: the rows are added by index
+        [(0, 0), (1, 1), (2, 5), (5, 2)],  # a node read twice by one group: its rows add up
+    ],
+    ids=["in-order", "reversed", "read-twice"],
+)
+def test_gradients_flow_between_groups_as_stacked_rows(wire):
+    want, _ = _wiring_step(None, wire)
+    got, explained = _wiring_step(BATCHED, wire)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained, explained
+
+
+def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_eager(
+    monkeypatch,
+):
+    # the products x * c need no gradient and the sum reading them no value, so they are
+    # freed in the run: the backward then gathers what it reads instead of keeping the
+    # forward's batched arrays
+    runs = []
+    gradients = batched_backward.gradients
+    monkeypatch.setattr(
+        batched_backward, "gradients", lambda *args: runs.append(args[2]) or gradients(*args)
+    )
+    wire = [(0, 1), (2, 3), (4, 5)]
+    want, _ = _wiring_step(None, wire, scaled=True)
+    got, _ = _wiring_step(BATCHED, wire, scaled=True)
+    _assert_close(got, want)
+    (run,) = runs
+    _, groups, rules, _, ran = run
+    batched = [facts for facts, rule in zip(ran, rules) if rule is not None]
+    assert any(facts is None for facts in batched)  # (a result freed in part: not kept)
+    assert any(facts is not None for facts in batched)  # (the others kept whole)
