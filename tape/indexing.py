@@ -22,7 +22,8 @@ import numpy as np
 from ops.advanced_indexing import ARRAY, ELLIPSIS, INT, NEWAXIS, SLICE
 from ops.registry import REGISTRY
 from ops.xp import array_module
-from tape.errors import GraphError, IndexingError, user_location
+from tape.errors import FluidError, GraphError, IndexingError, user_location
+from tape.tape import apply
 from tape.variable import Variable
 
 # Stand-ins for an open slice end, past any real dimension in either direction.
@@ -35,9 +36,20 @@ def _error(headline, **details):
 
 def getitem(var, index):
     """``var[index]`` as ops."""
-    items = _classify(var, index if isinstance(index, tuple) else (index,))
+    index = index if isinstance(index, tuple) else (index,)
+    key = _basic_key(var, index)
+    if key is not None:
+        known = _BASIC.get(key)
+        if known is not None:  # (the ops and checked attributes of this index on this shape)
+            return _recorded(var, known)
+    items = _classify(var, index)
     if not any(kind in ("array", "mask") for kind, _ in items):
-        return _basic(var, _expand_ellipsis([item for _, item in items], len(var.shape)))
+        known = _basic(var, _expand_ellipsis([item for _, item in items], len(var.shape)))
+        if key is not None:
+            if len(_BASIC) >= _BASIC_LIMIT:
+                _BASIC.clear()
+            _BASIC[key] = known
+        return _recorded(var, known)
     if len(items) == 1:
         kind, item = items[0]
         if kind == "array":
@@ -233,8 +245,44 @@ def _expand_ellipsis(items, ndim):
     return list(items[:at]) + [slice(None)] * (ndim - used) + list(items[at + 1 :])
 
 
+# Basic indices met before, per (shape, index): the ops they record, their attributes checked
+# (a model slices the same gates out of the same shapes at every step: ~5 us of an index's 12
+# went to working out and checking the same attributes again).
+_BASIC, _BASIC_LIMIT = {}, 4096
+_PLAIN = (int, type(None))
+
+
+def _basic_key(var, index):
+    """A hashable key of a basic index of ints, slices of ints, None and ``...`` on ``var``'s
+    shape; None for any other index (those take the general path)."""
+    key = [var.shape]
+    for item in index:
+        kind = item.__class__
+        if kind is slice:
+            start, stop, step = item.start, item.stop, item.step
+            if not (
+                start.__class__ in _PLAIN and stop.__class__ in _PLAIN and step.__class__ in _PLAIN
+            ):
+                return None
+            key.append((start, stop, step))
+        elif kind is int or item is None or item is Ellipsis:
+            key.append(item)
+        else:
+            return None
+    return tuple(key)
+
+
+def _recorded(var, known):
+    """Records the (op, attributes) steps ``known`` on ``var``; ``var`` itself if none."""
+    out = var
+    for defn, attrs in known:
+        out = apply(defn, (out,), attrs)
+    return out
+
+
 def _basic(var, items):
-    """Ints, slices and None (ellipsis expanded) as one 'slice' and, for None, 'unsqueeze'."""
+    """Ints, slices and None (ellipsis expanded) as one 'slice' and, for None, 'unsqueeze':
+    the (op, checked attributes) to record, in order."""
     axes, starts, ends, strides, decrease = [], [], [], [], []
     axis = 0
     for item in items:
@@ -257,16 +305,17 @@ def _basic(var, items):
             axes.append(axis), starts.append(start), ends.append(start + 1), strides.append(1)
             decrease.append(axis)
         axis += 1
-    out = var
+    steps = []
     if axes:
-        out = REGISTRY["slice"](  # (tuples: the attribute check's short path)
-            var,
-            axes=tuple(axes),
-            starts=tuple(starts),
-            ends=tuple(ends),
-            strides=tuple(strides),
-            decrease_axis=tuple(decrease),
-        )
+        defn = REGISTRY["slice"]
+        attrs = {
+            "axes": tuple(axes),
+            "starts": tuple(starts),
+            "ends": tuple(ends),
+            "strides": tuple(strides),
+            "decrease_axis": tuple(decrease),
+        }
+        steps.append((defn, _checked(defn, attrs)))
     if any(item is None for item in items):
         # Positions of None in the result: count the dimensions kept before each None.
         kept, positions = 0, []
@@ -275,5 +324,14 @@ def _basic(var, items):
                 positions.append(kept + len(positions))
             elif not isinstance(item, int):
                 kept += 1
-        out = REGISTRY["unsqueeze"](out, axes=positions)
-    return out
+        defn = REGISTRY["unsqueeze"]
+        steps.append((defn, _checked(defn, {"axes": positions})))
+    return tuple(steps)
+
+
+def _checked(defn, attrs):
+    """``defn``'s attributes checked, an error naming the op and the user's line."""
+    try:
+        return defn.check_attrs(attrs)
+    except FluidError as err:
+        raise err.with_context(op=defn.type, location=user_location()) from None

@@ -77,6 +77,15 @@ def _check(shape, index, variable_index=None):
 @pytest.mark.parametrize("index", BASIC_INDICES, ids=repr)
 def test_basic_indexing_matches_numpy(index):
     _check((3, 4, 5), index)
+    _check((3, 4, 5), index)  # (the second time from the ops remembered for this index)
+
+
+def test_a_remembered_index_is_remembered_per_shape():
+    _check((3, 4, 5), np.s_[:, 1:3])
+    _check((2, 6), np.s_[:, 1:3])
+    _check((3, 4, 5), np.s_[2, None])
+    with pytest.raises(IndexError, match="index 2 is out of bounds for axis 0"):
+        tape.Variable(np.zeros((2, 6)))[2, None]  # (the same index on another shape)
 
 
 @pytest.mark.parametrize("index", ARRAY_INDICES, ids=repr)
