@@ -181,6 +181,7 @@ class OpDef:
         self.duplicable_outputs = frozenset(s[:-1] for s in outputs if s.endswith("*"))
         self.attrs = dict(attrs or {})
         self.defaults = {k: a.default for k, a in self.attrs.items()}
+        self.required = tuple(k for k, a in self.attrs.items() if a.required)
         self.infer = infer
         self.kernels = {"any": kernel}
         self.kernel = kernel
@@ -223,11 +224,10 @@ class OpDef:
     def check_attrs(self, attrs):
         """Converts and checks user attributes; returns the full attribute dict with defaults."""
         if not attrs:
-            missing = [k for k, a in self.attrs.items() if a.required]
-            if missing:
+            if self.required:
                 raise AttrError(
                     self.type,
-                    f"missing required attribute '{missing[0]}'",
+                    f"missing required attribute '{self.required[0]}'",
                     hint=self.attr_listing(),
                 )
             return self.defaults

@@ -229,8 +229,8 @@ def run_before_backward(tape, loss):
     )
     if batching is not None or not tape._pending_ops:
         tape._with_backward = True  # (_interpret leaves the measurement to the backward's end)
-        try:
-            _run(tape, [loss], choice, interpreted=True)
+        try:  # (keyless: the backward drops the ops, and what a structure's key finds with them)
+            _run(tape, [loss], choice, interpreted=True, keyless=True)
         finally:
             tape._with_backward = None
         return
@@ -239,7 +239,7 @@ def run_before_backward(tape, loss):
             started = autobatch_choice.clock()
             count = len(tape._pending_ops)
             if not interpret.run_in_order(tape):
-                _run_locked(tape, [loss], choice, interpreted=True)
+                _run_locked(tape, [loss], choice, interpreted=True, keyless=True)
                 return
             tape.maybe_compact()
             if choice is not None:
@@ -377,7 +377,7 @@ def _explain_batched_backward(counts, alone):
     return "\n".join(lines)
 
 
-def _run(tape, targets, choice=None, interpreted=False):
+def _run(tape, targets, choice=None, interpreted=False, keyless=False):
     if targets and not tape._pending_ops and all(v._value is not None for v in targets):
         for var in targets:  # nothing can be owed to them: they are up to date
             var._pending = None
@@ -386,7 +386,7 @@ def _run(tape, targets, choice=None, interpreted=False):
     # run at a time.
     try:
         with tape._run_lock, collector.paused():
-            _run_locked(tape, targets, choice, interpreted)
+            _run_locked(tape, targets, choice, interpreted, keyless)
     finally:
         _run_ended(tape)
 
@@ -402,17 +402,20 @@ def _run_ended(tape):
         collector.step_ended()
 
 
-def _run_locked(tape, targets, choice=None, interpreted=False):
+def _run_locked(tape, targets, choice=None, interpreted=False, keyless=False):
     """``choice``: ``autobatch="auto"``'s (model key, batched?) when the caller made it;
-    ``interpreted``: a run that is not compiled (a cached plan is still used)."""
+    ``interpreted``: a run that is not compiled (a cached plan is still used); ``keyless``:
+    an interpreted run whose structure is neither looked up nor remembered, so the tape's
+    numbering need not describe its ops (``tape.structure.keyless``)."""
     tape._eager_way = None
     optional = _gradients(tape, targets)
     for _ in range(len(tape._ops) + 1):
-        scan = Trace(tape, targets, optional)
+        scan = Trace(tape, targets, optional, keyless and interpreted)
         missing = scan.missing_target()
         if missing is None:
             # (anomaly checks compile afresh: a cached plan names the lines it was built from)
-            entry = None if instrument.checking() else CACHE.get(scan.key)
+            checking = scan.key is None or instrument.checking()
+            entry = None if checking else CACHE.get(scan.key)
             if entry is None and (interpreted or not _compiles(scan.key, scan.pending)):
                 missing = _interpret(tape, scan, choice)
             else:
@@ -451,7 +454,7 @@ def _interpret(tape, scan, choice=None):
             return None
     else:
         tape._last_choice = None
-    if batching is not None and _batched_well(tape):
+    if batching is not None and scan.key is not None and _batched_well(tape):
         _BATCHED.put(scan.key)
     return None
 

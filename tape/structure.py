@@ -86,10 +86,12 @@ class Structure:
         "where",
         "sig_ids",
         "shared",
+        "keyless",
     )
 
-    def __init__(self, tape, forms=False):
+    def __init__(self, tape, forms=False, keyless=False):
         self.ops, self.scanned, self.forms = tape._ops, 0, [] if forms else None
+        self.keyless = keyless  # (variables numbered, op forms not: see ``keyless``)
         self.outs, self.op_ids = [], []
         self.index, self.refs, self.where, self.sig_ids = {}, [], [], []
         self.shared = set()
@@ -135,6 +137,9 @@ class Structure:
 
     def extend(self):
         """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
+        if self.keyless:
+            self._extend_keyless()
+            return
         ops, index, refs, shared, entry_of = (
             self.ops,
             self.index,
@@ -199,6 +204,49 @@ class Structure:
                 forms.append(key)
         self.scanned = len(ops)
 
+    def _extend_keyless(self):
+        """``extend`` without the op forms and their ids (``op_ids`` holds -2 per op): the
+        variables, their slots, references and where they come from, as ``extend`` numbers
+        them. About 40% of ``extend``'s cost, whose interning of forms unique to a structure
+        seen once is the rest."""
+        ops, index, refs, shared, entry_of = (
+            self.ops,
+            self.index,
+            self.refs,
+            self.shared,
+            self._entry,
+        )
+        outs, op_ids, where, sig_ids = self.outs, self.op_ids, self.where, self.sig_ids
+        for i in range(self.scanned, len(ops)):
+            op = ops[i]
+            if op is None:
+                outs.append(())
+                op_ids.append(-1)
+                continue
+            args = op.args
+            before = len(shared)
+            shared.add(id(args))
+            counted = len(shared) != before
+            for entry in args:
+                slot = index.get(id(entry))
+                if slot is not None and entry.__class__ is Variable:  # the common case
+                    if counted:
+                        refs[slot] += 1
+                else:
+                    entry_of(entry, counted, False)
+            results = op.results
+            out = results[0] if len(results) == 1 else None
+            if out.__class__ is Variable and id(out) not in index:
+                slot = index[id(out)] = len(where)
+                where.append(i)
+                sig_ids.append(-1)
+                refs.append(1)
+                outs.append(slot)
+            else:
+                outs.append(tuple(flatten(self._results(i, results)[0])))
+            op_ids.append(-2)
+        self.scanned = len(ops)
+
     def append(self, template, new, ops):
         """Numbers ``ops`` (just appended to the tape) and the Variables ``new`` they number
         first (their outputs, a maker's constants) from a ``tape.replay`` template of the same
@@ -247,14 +295,29 @@ def structure(tape):
     return current
 
 
-def numbered(tape):
-    """``(numbering, variables, released)``: ``structure(tape)`` with its Variables and their
-    released flags (numbered afresh if ops were dropped behind the numbering's back)."""
-    numbering = structure(tape)
+def keyless(tape):
+    """A numbering of ``tape`` for one run whose structure is neither looked up nor
+    remembered (``tape.lazy.run_before_backward``: a step's forward before its eager
+    backward, which drops the ops): ``tape``'s own numbering where it has one, else one of its
+    variables only, kept nowhere (its op ids are -2, its structural key meaningless)."""
+    current = getattr(tape, "_structure", None)
+    if current is not None and current.ops is tape._ops:
+        return structure(tape)
+    numbering = Structure(tape, keyless=True)
+    numbering.extend()
+    return numbering
+
+
+def numbered(tape, without_key=False):
+    """``(numbering, variables, released)``: ``structure(tape)`` (``keyless(tape)`` when
+    ``without_key``) with its Variables and their released flags (numbered afresh if ops were
+    dropped behind the numbering's back)."""
+    number = keyless if without_key else structure
+    numbering = number(tape)
     variables, released = numbering.variables()
     if variables is None:
         tape._structure = None
-        numbering = structure(tape)
+        numbering = number(tape)
         variables, released = numbering.variables()
     return numbering, variables, released
 

@@ -39,8 +39,8 @@ class Trace:
     is the set of slots pending ops write. ``optional`` holds ids of Variables to compute too if
     the user holds them (the other gradients of a backward when one is asked for)."""
 
-    def __init__(self, tape, targets, optional=()):
-        numbering, variables, released = numbered(tape)
+    def __init__(self, tape, targets, optional=(), keyless=False):
+        numbering, variables, released = numbered(tape, keyless)
         self.pending = list(tape._pending_ops)
         handles, outs, refs = numbering.ops, numbering.outs, numbering.refs
         at = tuple([op.index for op in self.pending])
@@ -77,6 +77,9 @@ class Trace:
         self.tape, self.numbering, self.at = tape, numbering, at
         self.variables, self.refs, self.produced = variables, refs, produced
         self.xp = module_of(variables)
+        if numbering.keyless:  # (a run that looks nothing up: tape.structure.keyless)
+            self.key = None
+            return
         signatures = tuple(numbering.sig_ids)
         if len(variables) > len(signatures):
             signatures += tuple(signature(v) for v in variables[len(signatures) :])

@@ -238,3 +238,21 @@ def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_e
     batched = [facts for facts, rule in zip(ran, rules) if rule is not None]
     assert any(facts is None for facts in batched)  # (a result freed in part: not kept)
     assert any(facts is not None for facts in batched)  # (the others kept whole)
+
+
+def test_a_first_sighting_numbers_its_variables_but_interns_no_op_form(monkeypatch):
+    # (its structure is neither looked up nor remembered: tape.structure.keyless)
+    structure = importlib.import_module("tape.structure")
+    interned = []
+    intern = structure.intern
+    monkeypatch.setattr(
+        structure,
+        "intern",
+        lambda table, key: interned.append(table is structure._OPS) or intern(table, key),
+    )
+    _, want, _ = _step(FOREST, None)
+    interned.clear()
+    _, got, explained = _step(FOREST, BATCHED)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained
+    assert not any(interned)  # (variables' descriptions only: leaves and parameters)
