@@ -53,8 +53,9 @@ class _Group:
 
 def gradients(tape, loss, run, seed):
     """The leaf gradients ``{id: (leaf, gradient)}`` of ``loss`` on ``tape`` after the
-    autobatched run ``run`` (``(ops, groups, rules, rows)``: ``tape.interpret``), its gradient
-    ops run at once; ``seed``: the loss's gradient. None if it could not (nothing changed)."""
+    autobatched run ``run`` (``(ops, groups, rules, rows, ran)``: ``tape.interpret``; ``ran``
+    per group what its forward kept for this backward, or None), its gradient ops run at
+    once; ``seed``: the loss's gradient. None if it could not (nothing changed)."""
     backward = importlib.import_module("tape.backward")  # (``tape.backward`` is the function)
 
     ops, groups, rules, rows, ran = run
