@@ -227,6 +227,23 @@ def run_before_backward(tape, loss):
     tape._unbatched_forward = batching is None and (
         choice is None or not autobatch_choice.prefers_batching(choice[0])
     )
+    if batching is not None and tape._pending_ops and loss._pending in (None, tape):
+        try:
+            with tape._run_lock, collector.paused():
+                tier_choice.cold()
+                tape._eager_way = None
+                started, count = autobatch_choice.clock(), len(tape._pending_ops)
+                tape._with_backward = True  # (the forward keeps what the backward reads)
+                if interpret.run_all_batched(tape, batching):
+                    if choice is not None:  # (measured once the backward is done)
+                        tape._unmeasured = (choice, started, count)
+                    else:
+                        tape._last_choice = None
+                    tape.maybe_compact()
+                    return
+        finally:
+            tape._with_backward = None
+            _run_ended(tape)
     if batching is not None or not tape._pending_ops:
         tape._with_backward = True  # (_interpret leaves the measurement to the backward's end)
         try:  # (keyless: the backward drops the ops, and what a structure's key finds with them)

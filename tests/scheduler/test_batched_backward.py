@@ -5,6 +5,7 @@ and where a group cannot be differentiated as one the members are, one by one.""
 
 import contextlib
 import importlib
+import sys
 
 import numpy as np
 import pytest
@@ -221,9 +222,12 @@ def test_gradients_flow_between_groups_as_stacked_rows(wire):
 def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_eager(
     monkeypatch,
 ):
-    # the products x * c need no gradient and the sum reading them no value, so they are
-    # freed in the run: the backward then gathers what it reads instead of keeping the
-    # forward's batched arrays
+    # the products x * c need no gradient and the sum reading them no value, so a run that
+    # frees (not the run of every op, which keeps all as eager mode does: here it declines)
+    # frees them: the backward then gathers what it reads instead of keeping the forward's
+    # batched arrays
+    interpret = importlib.import_module("tape.interpret")
+    monkeypatch.setattr(interpret, "run_all_batched", lambda tape, heuristic: False)
     runs = []
     gradients = batched_backward.gradients
     monkeypatch.setattr(
@@ -256,3 +260,56 @@ def test_a_first_sighting_numbers_its_variables_but_interns_no_op_form(monkeypat
     _assert_close(got, want)
     assert "backward batched as the forward" in explained
     assert not any(interned)  # (variables' descriptions only: leaves and parameters)
+
+
+def test_a_first_sightings_forward_runs_every_op_batched_without_the_reverse_scan(monkeypatch):
+    # (the backward reads nearly every value and drops the ops: nothing to prune or free)
+    interpret = importlib.import_module("tape.interpret")
+    decided = []
+    decide = interpret._decide
+    monkeypatch.setattr(interpret, "_decide", lambda *args: decided.append(1) or decide(*args))
+    _, want, _ = _step(FOREST, None)
+    _, got, explained = _step(FOREST, BATCHED)
+    _assert_close(got, want)
+    assert "interpreted run, autobatched" in explained, explained
+    assert "backward batched as the forward" in explained
+    assert decided == []
+
+
+def test_a_kernel_failing_in_a_first_sightings_batched_forward_names_its_op_and_line(
+    monkeypatch,
+):
+    interpret = importlib.import_module("tape.interpret")
+    ran = []
+    run_all = interpret.run_all_batched
+    monkeypatch.setattr(interpret, "run_all_batched", lambda *a: ran.append(1) or run_all(*a))
+
+    @register(
+        "checked_log", inputs=("X",), infer=lambda attrs, x: (x.shape, x.dtype), elementwise=True
+    )
+    def checked_log(xp, attrs, x):
+        if (x <= 0).any():
+            raise ValueError("log of a non-positive value")
+        return xp.log(x)
+
+    try:
+        w, _, _ = _params()
+        with tape.lazy(**BATCHED):
+            tape.reset_global_tape()
+            xs = [tape.Variable(np.full(2 * DIM, v)) for v in (1.0, 2.0, -1.0, 3.0)]
+            line = sys._getframe().f_lineno + 1
+            logs = [checked_log(ops.matmul(x, w) * x[:DIM]) for x in xs]
+            loss = ops.sum([ops.reduce_sum(v) for v in logs])
+            with pytest.raises(FluidError) as caught:
+                tape.backward(loss)
+            message = str(caught.value)
+            assert "op 'checked_log'" in message and "non-positive" in message
+            assert f"test_batched_backward.py:{line}" in message, message
+            assert ran  # (the failure came from the batched run of every op)
+            # the tape is not jammed: the next step runs
+            tape.reset_global_tape()
+            y = ops.reduce_sum(ops.matmul(xs[0], w))
+            tape.backward(y)
+            np.testing.assert_allclose(w.grad().numpy(), np.tile(xs[0].numpy()[:, None], DIM))
+    finally:
+        unregister("checked_log")
