@@ -107,7 +107,9 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     _check_loss(loss)
     if tape.speculated and not tape.lazy and seed is None and wanted is None:
         # (an eager step in a lazy block: its structure's sketch says whether it repeats)
-        eager_speculation.eager_step(lambda: tier_choice.sketch(tape, loss, retain_graph))
+        eager_speculation.eager_step(
+            lambda: tier_choice.sketch(tape, loss, retain_graph), tape._ops
+        )
     # (gradient hooks need the scan: it sees each leaf's last reader)
     # (observers attribute each gradient op to its forward op: the makers must run)
     replayable = (

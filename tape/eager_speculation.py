@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 
-from tape import tier_choice
+from tape import autobatch_choice, tier_choice
 
 # New, unbatched lazy steps in a row before the next one records eagerly. One: a wrong guess
 # (the next structure repeats) costs an eager step instead of the eager way's (about the same)
@@ -49,9 +49,11 @@ _state = threading.local()  # (this thread's streak, its speculated steps)
 
 def next_step_eager():
     """Whether the global tape ``reset_global_tape`` is making in a lazy block records eagerly."""
-    from tape.lazy import interprets_new_structures, may_autobatch
+    from tape.lazy import always_batches, interprets_new_structures, may_autobatch
 
     if getattr(_state, "streak", 0) < STREAK or not interprets_new_structures():
+        return False
+    if always_batches():  # (a streak another block's steps made: these batch)
         return False
     _state.speculated = getattr(_state, "speculated", 0) + 1
     if _state.speculated < interval() or not may_autobatch():
@@ -81,10 +83,18 @@ def interval():
     return min(PROBE << min(getattr(_state, "doublings", 0), 16), MAX_INTERVAL)
 
 
-def eager_step(sketch):
-    """Notes a speculated step's backward: every ``SKETCH_EVERY``-th, its structure's
-    ``sketch()`` says whether it repeats; a new structure grows the streak, one seen before ends
-    it, so the next step records lazily."""
+def eager_step(sketch, ops):
+    """Notes a speculated step's backward (its tape's ``ops``): every ``SKETCH_EVERY``-th, its
+    structure's ``sketch()`` says whether it repeats; a new structure grows the streak, one
+    seen before ends it, so the next step records lazily. So does a model that autobatching
+    would batch (``autobatch_choice``: one it never measured batches first), as the streak
+    is this thread's and may have been made by another model's steps."""
+    from tape.lazy import may_autobatch
+
+    if may_autobatch() and autobatch_choice.prefers_batching(autobatch_choice.model_key(ops)):
+        _state.streak = 0
+        tier_choice.step_unmeasured()
+        return
     _state.unsketched = getattr(_state, "unsketched", 0) + 1
     if _state.unsketched < SKETCH_EVERY:
         tier_choice.step_unmeasured()

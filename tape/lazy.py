@@ -534,6 +534,12 @@ def interprets_new_structures():
     )
 
 
+def always_batches():
+    """Whether an interpreted run in the current block always autobatches (``autobatch=True``
+    or a heuristic's name, not ``exact``)."""
+    return options.autobatch not in (False, None, "auto") and not options.exact
+
+
 def may_autobatch():
     """Whether an interpreted run in the current block may autobatch (``autobatch`` not off,
     not ``exact``)."""

@@ -179,3 +179,22 @@ def test_a_speculated_step_leaves_the_block_lazy_for_the_next_tape():
         y = ops.relu(tape.Variable(np.array([-1.0, 2.0], np.float32)))
         assert t.lazy and y._pending is t
         np.testing.assert_array_equal(y.numpy(), [0.0, 2.0])
+
+
+def test_a_streak_another_block_made_does_not_speculate_a_block_that_always_batches():
+    model = _model()
+    for length in range(1, 4):  # (a streak: these steps are new and unbatched)
+        _step(model, length, autobatch=False)
+    assert eager_speculation.streak() >= eager_speculation.STREAK
+    tapes = [_step(model, length, autobatch=True)[2] for length in range(4, 7)]
+    assert not any(_speculated(t) for t in tapes)
+
+
+def test_a_model_autobatching_never_measured_ends_another_models_streak(monkeypatch):
+    first = _model()
+    for length in range(1, 4):
+        _step(first, length, autobatch=False)
+    other = _model()  # (new parameters: a model autobatch="auto" has not measured)
+    tapes = [_step(other, length)[2] for length in range(1, 4)]
+    assert _speculated(tapes[0])  # (the streak was there when its first step began)
+    assert not any(_speculated(t) for t in tapes[1:])  # its backward ended it
