@@ -43,6 +43,20 @@ def model_key(pending):
     return None
 
 
+def recorded_eagerly(ops):
+    """How many of ``ops`` an eager tape would have recorded: those with an output that
+    requires a gradient. Steps are compared per such op, as a speculated eager step
+    (``tape.eager_speculation``) records no other."""
+    count = 0
+    for op in ops:
+        results = op.results
+        if results and results[0].__class__ is Variable:
+            count += results[0].requires_grad
+        else:
+            count += any(var.requires_grad for var in op.output_vars())
+    return count
+
+
 def choose(key, probe=False):
     """Whether the next interpreted run of the model ``key`` autobatches; with ``probe``, the
     way not preferred now is tried (eager speculation's probe: ``tape.eager_speculation``)."""

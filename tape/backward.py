@@ -110,6 +110,9 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
         eager_speculation.eager_step(
             lambda: tier_choice.sketch(tape, loss, retain_graph), tape._ops
         )
+        leaves = _scan(tape, loss, seed, retain_graph, create_graph, wanted)
+        eager_speculation.eager_step_done(tape)
+        return leaves
     # (gradient hooks need the scan: it sees each leaf's last reader)
     # (observers attribute each gradient op to its forward op: the makers must run)
     replayable = (

@@ -91,10 +91,12 @@ def eager_step(sketch, ops):
     is this thread's and may have been made by another model's steps."""
     from tape.lazy import may_autobatch
 
-    if may_autobatch() and autobatch_choice.prefers_batching(autobatch_choice.model_key(ops)):
+    key = autobatch_choice.model_key(ops) if may_autobatch() else None
+    if key is not None and autobatch_choice.prefers_batching(key):
         _state.streak = 0
         tier_choice.step_unmeasured()
         return
+    _state.timed = (key, len(ops)) if key is not None else None
     _state.unsketched = getattr(_state, "unsketched", 0) + 1
     if _state.unsketched < SKETCH_EVERY:
         tier_choice.step_unmeasured()
@@ -102,6 +104,16 @@ def eager_step(sketch, ops):
         return
     _state.unsketched = 0
     _state.streak = 0 if tier_choice.seen(sketch()) else getattr(_state, "streak", 0) + 1
+
+
+def eager_step_done(tape):
+    """Times a speculated step whose backward is done, from its tape's start, as the unbatched
+    way of its model (``autobatch_choice``): what autobatching must beat is this step, not a
+    lazily recorded one (recording lazily costs 10-20% more)."""
+    timed, _state.timed = getattr(_state, "timed", None), None
+    started = getattr(tape, "started", None)
+    if timed is not None and started is not None:
+        autobatch_choice.measured(timed[0], False, autobatch_choice.clock() - started, timed[1])
 
 
 def streak():
@@ -112,13 +124,14 @@ def streak():
 def reset():
     """Forgets this thread's streak (tests start afresh)."""
     _state.streak = _state.speculated = _state.unsketched = 0
-    _state.doublings, _state.probing = 0, False
+    _state.doublings, _state.probing, _state.timed = 0, False, None
 
 
 __all__ = [
     "next_step_eager",
     "lazy_step",
     "eager_step",
+    "eager_step_done",
     "probing",
     "streak",
     "reset",

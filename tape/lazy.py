@@ -219,9 +219,10 @@ def run_before_backward(tape, loss):
     (``measured_with_backward``) once the gradients are there."""
     batching = None if options.exact else options.autobatch
     choice = None
-    tape._with_backward = tape._unmeasured = None
+    tape._with_backward = tape._unmeasured = tape._eager_count = None
     if batching == "auto":
         choice = _choose(tape._pending_ops, probe=tape.probe)
+        tape._eager_count = autobatch_choice.recorded_eagerly(tape._pending_ops)
         batching = HEURISTICS[0] if choice[1] else None
     # (whether a model with this step's forward may be speculated eager: tape.eager_speculation)
     tape._unbatched_forward = batching is None and (
@@ -268,12 +269,18 @@ def run_before_backward(tape, loss):
 
 
 def measured_with_backward(tape):
-    """Ends the measurement ``run_before_backward`` started, its backward done."""
+    """Ends the measurement ``run_before_backward`` started, its backward done. A step's
+    global tape is timed from its start (``reset_global_tape``), recording included: the
+    unbatched way a model's steps take is often eager speculation, timed so too
+    (``tape.eager_speculation``), and recording lazily is part of what batching costs."""
     unmeasured, tape._unmeasured = getattr(tape, "_unmeasured", None), None
     if unmeasured is not None:
-        _measured(tape, *unmeasured)
-        if tape.probe:  # (speculation goes on if the probe did not change the choice)
-            tape._unbatched_forward = not autobatch_choice.prefers_batching(unmeasured[0][0])
+        choice, started, count = unmeasured
+        started = getattr(tape, "started", None) or started
+        _measured(tape, choice, started, getattr(tape, "_eager_count", None) or count)
+        # (measured, the model may now prefer the unbatched way: speculation may start, or,
+        # after a probe that batched and lost, go on)
+        tape._unbatched_forward = not autobatch_choice.prefers_batching(choice[0])
 
 
 def flush(tape):

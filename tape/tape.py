@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 
 import numpy as np
 
@@ -224,6 +225,7 @@ def _steps_tape():
     tape = Tape(lazy=state.lazy and not speculated)
     tape.steps_only, tape.speculated = True, speculated
     tape.probe = state.lazy and not speculated and eager_speculation.probing()
+    tape.started = time.perf_counter()  # (a step's time, for autobatch="auto"'s choice)
     return tape
 
 
