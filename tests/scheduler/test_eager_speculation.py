@@ -198,3 +198,18 @@ def test_a_model_autobatching_never_measured_ends_another_models_streak(monkeypa
     tapes = [_step(other, length)[2] for length in range(1, 4)]
     assert _speculated(tapes[0])  # (the streak was there when its first step began)
     assert not any(_speculated(t) for t in tapes[1:])  # its backward ended it
+
+
+def test_a_speculated_step_is_timed_as_its_models_unbatched_way(monkeypatch):
+    _never_batching(monkeypatch)
+    timed = []
+    monkeypatch.setattr(autobatch_choice, "measured", lambda *args: timed.append(args))
+    model = _model()
+    tapes = [_step(model, length)[2] for length in range(1, 5)]
+    speculated = [t for t in tapes if _speculated(t)]
+    assert speculated
+    key = id(model[0].params()[0])  # (the first parameter its steps read)
+    assert len(timed) == len(tapes)  # (the lazy steps timed by their run, the others so)
+    for got_key, batched, seconds, ops_count in timed:
+        assert (got_key, batched) == (key, False)
+        assert seconds > 0 and ops_count > 0
