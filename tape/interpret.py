@@ -290,7 +290,7 @@ def _decide(tape, scan):
             needed[key] = var
             if key not in last_use:
                 last_use[key] = position
-        if defn.differentiable and defn.grad_maker is not None and _awaits(outputs):
+        if defn.differentiable and defn.grad_maker is not None and _awaits(outputs, inputs):
             saved.update(map(id, outputs))
             for slot, entry in zip(defn.input_slots, args):
                 if entry is not None and slot not in defn.no_need_buffer:
@@ -385,11 +385,14 @@ def _attrs_for(attrs, values):
     return dict(attrs, reuse_grad=False)
 
 
-def _awaits(outputs):
-    """Whether a backward may still differentiate the op computing ``outputs``."""
+def _awaits(outputs, inputs=()):
+    """Whether a backward may still differentiate the op computing ``outputs``. An output
+    bound to one of its ``inputs`` (updated in place: batch norm's running statistics) is
+    not this op's to judge by: its released flag is left from the last backward that read
+    the buffer, a step before."""
     wants = False
     for var in outputs:
-        if var._released:
+        if var._released and not any(var is arg for arg in inputs):
             return False
         wants = wants or var.requires_grad
     return wants
