@@ -9,10 +9,10 @@ tagger ran 20-40% slower autobatched than interpreted one op at a time, as their
 
 So ``tape.lazy(autobatch="auto")``, the default, measures instead of guessing
 (``tape.measured_choice``). Per model (the first parameter its run reads stands for the model),
-the first interpreted run autobatches and the second does not; from then on each run takes the
-mode whose cost per pending op is lower, batching only where it costs at most ``MARGIN`` of the
-other, and the other mode is probed again now and then. ``autobatch=True`` (or a heuristic's
-name) always batches, ``False`` never does.
+the first ``WARM_RUNS`` interpreted runs autobatch and the next does not; from then on each run
+takes the mode whose cost per pending op is lower, batching only where it costs at most
+``MARGIN`` of the other, and the other mode is probed again now and then. ``autobatch=True``
+(or a heuristic's name) always batches, ``False`` never does.
 
 Costs are per process and in memory only (``reset()`` forgets them); at most ``LIMIT`` models
 are remembered, least recently used dropped.
@@ -26,6 +26,11 @@ from tape.measured_choice import MARGIN, MAX_INTERVAL, PROBE, Measured, clock
 from tape.variable import Variable
 
 LIMIT = 64
+# Batched runs of a new model before its first unbatched one. Two: the first is cold (a
+# process's first batched run of a model pays for caches and allocations: the Tree-LSTM's
+# measured ~7% dearer than the next), and a way's cost is the lowest of its runs, kept until
+# it is probed again (``PROBE`` runs later), which a short run may never reach.
+WARM_RUNS = 2
 # Ops scanned from the start of a run for the parameter that names its model: a model's first
 # ops read one (an embedding, a first layer's weight) in any realistic tape.
 _SCAN = 64
@@ -62,7 +67,7 @@ def choose(key, probe=False):
     way not preferred now is tried (eager speculation's probe: ``tape.eager_speculation``)."""
     costs = _MODELS.get(key)
     if costs is None:
-        costs = _MODELS[key] = Measured(first=True)
+        costs = _MODELS[key] = Measured(first=True, patience=WARM_RUNS)
         if len(_MODELS) > LIMIT:
             _MODELS.popitem(last=False)
     else:

@@ -86,7 +86,7 @@ class lazy:
             raise ``tape.NonFiniteError`` naming the first op that produced one (as
             ``tape.detect_anomaly()`` does; the block's runs, including the one on leaving it).
         autobatch: "auto" (default): an interpreted run autobatches where that measured faster
-            for this model (``tape.autobatch_choice``: the first run batches, the second does
+            for this model (``tape.autobatch_choice``: the first two runs batch, the third does
             not, later runs take the cheaper and probe the other now and then); True or a
             heuristic name ("agenda", "depth"): always; False: off. Autobatching groups
             independent ops of one signature into batched kernel calls

@@ -8,16 +8,18 @@ import pytest
 import ops
 import tape
 from tape import autobatch_choice, interpret
-from tape.autobatch_choice import MAX_INTERVAL, PROBE
+from tape.autobatch_choice import MAX_INTERVAL, PROBE, WARM_RUNS
 from tape.passes.plan import CACHE
 
 DIM = 6
 
 
 def _settle(key, batched_cost, plain_cost):
-    """The first two runs of a new model: one batched, one not, measured at these costs."""
-    assert autobatch_choice.choose(key) is True
-    autobatch_choice.measured(key, True, batched_cost, 1)
+    """The first runs of a new model: WARM_RUNS batched, then one not, measured at these
+    costs."""
+    for _ in range(WARM_RUNS):
+        assert autobatch_choice.choose(key) is True
+        autobatch_choice.measured(key, True, batched_cost, 1)
     assert autobatch_choice.choose(key) is False
     autobatch_choice.measured(key, False, plain_cost, 1)
 
@@ -32,7 +34,7 @@ def _modes(key, runs, batched_cost, plain_cost):
     return taken
 
 
-def test_a_new_model_runs_batched_then_unbatched_then_the_cheaper():
+def test_a_new_model_runs_batched_warm_then_unbatched_then_the_cheaper():
     _settle("m", batched_cost=1.0, plain_cost=2.0)
     assert _modes("m", PROBE - 1, 1.0, 2.0) == [True] * (PROBE - 1)
     autobatch_choice.reset()
@@ -120,18 +122,19 @@ def test_auto_batches_a_model_only_while_batching_measures_faster(batching_costs
     want = [np.maximum((i + 1.0) * w.numpy().sum(axis=0), 0) for i in range(5)]
     batching_costs[True] = 2.0  # batching is the slower mode
     accounts = []
+    warm = WARM_RUNS
     with tape.lazy(compile=False):
-        for _ in range(PROBE + 2):
+        for _ in range(PROBE + warm + 1):
             outs, text = _forest_step(w)
             accounts.append(text)
             for got, expected in zip(outs, want, strict=True):
                 np.testing.assert_allclose(got, expected, rtol=1e-13)
     batched = [text.startswith("interpreted run, autobatched") for text in accounts]
-    assert batched[:2] == [True, False]
-    assert batched[2 : PROBE + 1] == [False] * (PROBE - 1)  # until the probe
-    assert batched[PROBE + 1]  # the probe
-    assert "did not batch this run" in accounts[1]
-    assert "unbatched 1000000.00 us, batched 2000000.00 us" in accounts[1]  # per op
+    assert batched[: warm + 1] == [True] * warm + [False]
+    assert batched[warm + 1 : PROBE + warm] == [False] * (PROBE - 1)  # until the probe
+    assert batched[PROBE + warm]  # the probe
+    assert "did not batch this run" in accounts[warm]
+    assert "unbatched 1000000.00 us, batched 2000000.00 us" in accounts[warm]  # per op
 
 
 def test_auto_keeps_batching_a_model_where_batching_measures_faster(batching_costs):
@@ -140,7 +143,7 @@ def test_auto_keeps_batching_a_model_where_batching_measures_faster(batching_cos
     with tape.lazy(compile=False):
         texts = [_forest_step(w)[1] for _ in range(PROBE)]
     batched = [text.startswith("interpreted run, autobatched") for text in texts]
-    assert batched == [True, False] + [True] * (PROBE - 2)
+    assert batched == [True] * WARM_RUNS + [False] + [True] * (PROBE - WARM_RUNS - 1)
 
 
 @pytest.mark.parametrize("options", [{"autobatch": True}, {"autobatch": False}, {"exact": True}])
@@ -167,10 +170,11 @@ def test_a_structure_that_batched_well_is_compiled_once_batching_measures_slower
     w = tape.Variable(np.ones((DIM, DIM)), requires_grad=True)
     batching_costs[True] = 2.0
     with tape.lazy():  # (compile=None: a repeated structure may compile)
-        texts = [_forest_step(w)[1] for _ in range(3)]
-    assert texts[0].startswith("interpreted run, autobatched")  # batched well: kept interpreted
-    assert texts[1].startswith("interpreted run, not autobatched")  # the other mode, measured
-    assert texts[2].startswith("ops kept")  # plain is faster: a compiled plan, as without batching
+        texts = [_forest_step(w)[1] for _ in range(WARM_RUNS + 2)]
+    for text in texts[:WARM_RUNS]:  # batched well: kept interpreted
+        assert text.startswith("interpreted run, autobatched"), text
+    assert texts[WARM_RUNS].startswith("interpreted run, not autobatched")  # the other, measured
+    assert texts[-1].startswith("ops kept")  # plain is faster: a compiled plan, as unbatched
 
 
 def test_batching_must_win_clearly_as_not_batching_is_the_baseline():
