@@ -111,7 +111,7 @@ def eager_step_done(tape):
     way of its model (``autobatch_choice``): what autobatching must beat is this step, not a
     lazily recorded one (recording lazily costs 10-20% more)."""
     timed, _state.timed = getattr(_state, "timed", None), None
-    started = getattr(tape, "started", None)
+    started = tape.started
     if timed is not None and started is not None:
         autobatch_choice.measured(timed[0], False, autobatch_choice.clock() - started, timed[1])
 

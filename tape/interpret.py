@@ -57,14 +57,29 @@ def _run(tape, scan, autobatch):
         any(op.defn.random for op in decision.ops), _produced(decision.ops)
     )
     staged = {}
-    committed = False
     tape._batched_run = None
+    if autobatch is None:
+        tape._last_autobatch = None
+        execute = _execute
+        extra = ()
+    else:
+        execute, extra = _execute_batched, (autobatch,)
+    _transaction(
+        tape,
+        decision,
+        snapshot,
+        staged,
+        lambda: execute(tape, decision, snapshot, staged, scan.xp, scan.variables, *extra),
+    )
+    return None
+
+
+def _transaction(tape, decision, snapshot, staged, execute):
+    """Runs ``execute()`` and commits ``decision``'s results; on any failure before the commit,
+    rolls back what the run did (``rollback.abort``) and re-raises."""
+    committed = False
     try:
-        if autobatch is None:
-            tape._last_autobatch = None
-            _execute(tape, decision, snapshot, staged, scan.xp, scan.variables)
-        else:
-            _execute_batched(tape, decision, snapshot, staged, scan.xp, scan.variables, autobatch)
+        execute()
         with uninterrupted():
             _commit(tape, decision, staged)
             committed = True
@@ -72,7 +87,17 @@ def _run(tape, scan, autobatch):
         if not committed:
             rollback.abort(tape, list(decision.ops), err, snapshot, {})
         raise
-    return None
+
+
+def _inputs_ready(tape, ops):
+    """Whether every input of ``ops`` is computed or pending on ``tape`` (not on another tape,
+    freed, failed or never written)."""
+    for op in ops:
+        for var in op.args if op.defn.simple_inputs else op.input_vars():
+            pending = var._pending
+            if pending is not tape and (pending is not None or var._value is None):
+                return False
+    return True
 
 
 def run_in_order(tape):
@@ -86,26 +111,15 @@ def run_in_order(tape):
     scan (pruning, frees, the structure's numbering for its key) would cost more than it saves.
     Failures roll back as ``run``'s do."""
     ops = tape._pending_ops
-    for op in ops:
-        for var in op.args if op.defn.simple_inputs else op.input_vars():
-            pending = var._pending
-            if pending is not tape and (pending is not None or var._value is None):
-                return False
+    if not _inputs_ready(tape, ops):
+        return False
     xp = module_of(var for op in ops for var in op.input_vars())
     ops = list(ops)
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
     staged = {}
-    committed = False
     tape._last_autobatch = tape._batched_run = None
-    try:
-        _execute_in_order(ops, staged, xp)
-        with uninterrupted():
-            _commit(tape, _Decision(ops, None, ()), staged)
-            committed = True
-    except BaseException as err:
-        if not committed:
-            rollback.abort(tape, ops, err, snapshot, {})
-        raise
+    decision = _Decision(ops, None, ())
+    _transaction(tape, decision, snapshot, staged, lambda: _execute_in_order(ops, staged, xp))
     return True
 
 
@@ -123,17 +137,16 @@ def run_all_batched(tape, heuristic):
     if instrument.ACTIVE is not None:
         return False
     ops = tape._pending_ops
+    if not _inputs_ready(tape, ops):
+        return False
     for op in ops:
         defn = op.defn
         if defn.inplace or defn.side_effect:
             return False
-        inputs = op.args if defn.simple_inputs else op.input_vars()
-        for var in inputs:
-            pending = var._pending
-            if pending is not tape and (pending is not None or var._value is None):
-                return False
-        if not defn.fast and any(out is var for out in op.output_vars() for var in inputs):
-            return False  # (an output bound to an input: written in place)
+        if not defn.fast:
+            inputs = op.input_vars()
+            if any(out is var for out in op.output_vars() for var in inputs):
+                return False  # (an output bound to an input: written in place)
     xp = module_of(var for op in ops for var in op.input_vars())
     ops = list(ops)
     kernels, steps = {}, []
@@ -146,17 +159,14 @@ def run_all_batched(tape, heuristic):
     decision = _Decision(ops, steps, set())
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
     staged = {}
-    committed = False
     tape._batched_run = None
-    try:
-        _execute_batched(tape, decision, snapshot, staged, xp, (), heuristic)
-        with uninterrupted():
-            _commit(tape, decision, staged)
-            committed = True
-    except BaseException as err:
-        if not committed:
-            rollback.abort(tape, ops, err, snapshot, {})
-        raise
+    _transaction(
+        tape,
+        decision,
+        snapshot,
+        staged,
+        lambda: _execute_batched(tape, decision, snapshot, staged, xp, (), heuristic),
+    )
     return True
 
 

@@ -236,11 +236,7 @@ def run_before_backward(tape, loss):
                 started, count = autobatch_choice.clock(), len(tape._pending_ops)
                 tape._with_backward = True  # (the forward keeps what the backward reads)
                 if interpret.run_all_batched(tape, batching):
-                    if choice is not None:  # (measured once the backward is done)
-                        tape._unmeasured = (choice, started, count)
-                    else:
-                        tape._last_choice = None
-                    tape.maybe_compact()
+                    _ran_whole(tape, choice, started, count)
                     return
         finally:
             tape._with_backward = None
@@ -259,13 +255,19 @@ def run_before_backward(tape, loss):
             if not interpret.run_in_order(tape):
                 _run_locked(tape, [loss], choice, interpreted=True, keyless=True)
                 return
-            tape.maybe_compact()
-            if choice is not None:
-                tape._unmeasured = (choice, started, count)
-            else:
-                tape._last_choice = None
+            _ran_whole(tape, choice, started, count)
     finally:
         _run_ended(tape)
+
+
+def _ran_whole(tape, choice, started, count):
+    """After a run of every pending op (``run_before_backward``): the tape compacted, and
+    ``autobatch="auto"``'s measurement left to the end of the backward."""
+    tape.maybe_compact()
+    if choice is not None:
+        tape._unmeasured = (choice, started, count)
+    else:
+        tape._last_choice = None
 
 
 def measured_with_backward(tape):
@@ -276,7 +278,7 @@ def measured_with_backward(tape):
     unmeasured, tape._unmeasured = getattr(tape, "_unmeasured", None), None
     if unmeasured is not None:
         choice, started, count = unmeasured
-        started = getattr(tape, "started", None) or started
+        started = tape.started or started
         _measured(tape, choice, started, getattr(tape, "_eager_count", None) or count)
         # (measured, the model may now prefer the unbatched way: speculation may start, or,
         # after a probe that batched and lost, go on)

@@ -136,10 +136,10 @@ class Structure:
         return tuple(res), tuple(descs)
 
     def extend(self):
-        """Numbers the ops recorded since the last call (the loop is inlined: it runs per op)."""
-        if self.keyless:
-            self._extend_keyless()
-            return
+        """Numbers the ops recorded since the last call (the loop is inlined: it runs per op).
+        A ``keyless`` numbering skips the op forms and their ids (``op_ids`` holds -2 per op):
+        interning forms unique to a structure seen once was ~60% of the cost."""
+        keyless = self.keyless
         ops, index, refs, shared, entry_of = (
             self.ops,
             self.index,
@@ -179,6 +179,9 @@ class Structure:
                 sig_ids.append(-1)  # described in the op's form
                 refs.append(1)
                 outs.append(slot)
+                if keyless:
+                    op_ids.append(-2)
+                    continue
                 defn, attrs = op.defn, op.attrs  # (None: the shared defaults, not copied)
                 key = (
                     defn,
@@ -193,6 +196,9 @@ class Structure:
             else:
                 res, descs = self._results(i, results)
                 outs.append(tuple(flatten(res)))
+                if keyless:
+                    op_ids.append(-2)
+                    continue
                 key = (op.defn, tuple(op.attrs.items()), ins, res, descs)
             try:
                 found = known.get(key)
@@ -202,49 +208,6 @@ class Structure:
             op_ids.append(found if found is not None else intern(known, key))
             if forms is not None:
                 forms.append(key)
-        self.scanned = len(ops)
-
-    def _extend_keyless(self):
-        """``extend`` without the op forms and their ids (``op_ids`` holds -2 per op): the
-        variables, their slots, references and where they come from, as ``extend`` numbers
-        them. About 40% of ``extend``'s cost, whose interning of forms unique to a structure
-        seen once is the rest."""
-        ops, index, refs, shared, entry_of = (
-            self.ops,
-            self.index,
-            self.refs,
-            self.shared,
-            self._entry,
-        )
-        outs, op_ids, where, sig_ids = self.outs, self.op_ids, self.where, self.sig_ids
-        for i in range(self.scanned, len(ops)):
-            op = ops[i]
-            if op is None:
-                outs.append(())
-                op_ids.append(-1)
-                continue
-            args = op.args
-            before = len(shared)
-            shared.add(id(args))
-            counted = len(shared) != before
-            for entry in args:
-                slot = index.get(id(entry))
-                if slot is not None and entry.__class__ is Variable:  # the common case
-                    if counted:
-                        refs[slot] += 1
-                else:
-                    entry_of(entry, counted, False)
-            results = op.results
-            out = results[0] if len(results) == 1 else None
-            if out.__class__ is Variable and id(out) not in index:
-                slot = index[id(out)] = len(where)
-                where.append(i)
-                sig_ids.append(-1)
-                refs.append(1)
-                outs.append(slot)
-            else:
-                outs.append(tuple(flatten(self._results(i, results)[0])))
-            op_ids.append(-2)
         self.scanned = len(ops)
 
     def append(self, template, new, ops):

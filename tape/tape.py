@@ -57,6 +57,7 @@ class Tape:
         # records lazily as its probe, and whether a lazy step's forward ran unbatched (set by
         # its run before the backward).
         self.speculated = self.probe = self._unbatched_forward = False
+        self.started = None  # (a step's global tape: when it started, for autobatch's choice)
         guard.register(self)
 
     @property
@@ -225,7 +226,7 @@ def _steps_tape():
     tape = Tape(lazy=state.lazy and not speculated)
     tape.steps_only, tape.speculated = True, speculated
     tape.probe = state.lazy and not speculated and eager_speculation.probing()
-    tape.started = time.perf_counter()  # (a step's time, for autobatch="auto"'s choice)
+    tape.started = time.perf_counter()
     return tape
 
 
