@@ -51,7 +51,10 @@ def register(tape):
 
 # id(var) -> (weak Variable, its buffer when shared, where): buffers another library may write.
 SHARED = {}
-_SEAL = "dlpack-seal"  # key tag of a seal entry in Tape._written: (count, var, checksum, buffer)
+# Key tag of a seal entry in Tape._written: (count, weak var, checksum, buffer). Weak: a seal
+# must not keep a Variable (and with it its ``SHARED`` entry) alive on a tape that no longer
+# reads it, e.g. an idle thread's tape.
+_SEAL = "dlpack-seal"
 _SHARED_WRITE = "a write through memory shared with another library (DLPack, shared at {})"
 
 
@@ -131,16 +134,28 @@ def _saved(op):
 
 def share(var, where):
     """Lists ``var``'s current buffer as writable by another library, and seals it on every live
-    tape: ops recorded so far saw the buffer as it is now."""
+    tape with an op reading it: those ops saw the buffer as it is now (ops recorded later are
+    sealed as they are recorded: ``seal``)."""
     buffer = var._value
     if buffer is None:
         return
     key = id(var)
     SHARED[key] = (weakref.ref(var, lambda _: SHARED.pop(key, None)), buffer, where)
-    checksum = _checksum(buffer)
+    checksum = None
     with LOCK:
         for tape in list(LIVE_TAPES):
-            tape._written[(_SEAL, key)] = (len(tape._ops), var, checksum, buffer)
+            if _reads(tape._ops, var):
+                if checksum is None:
+                    checksum = _checksum(buffer)
+                tape._written[(_SEAL, key)] = (len(tape._ops), weakref.ref(var), checksum, buffer)
+
+
+def _reads(ops, var):
+    """Whether an op of ``ops`` (a tape's, dropped ones None) reads ``var``."""
+    for op in ops:
+        if op is not None and any(v is var for v in op.input_vars()):
+            return True
+    return False
 
 
 def seal(tape, args):
@@ -156,20 +171,24 @@ def seal(tape, args):
                 del SHARED[id(var)]
                 continue
             key, count, written = (_SEAL, id(var)), len(tape._ops), tape._written
-            checksum, previous = _checksum(entry[1]), written.get((_SEAL, id(var)))
-            if previous is not None and previous[2] != checksum:
+            checksum, previous = _checksum(entry[1]), written.get(key)
+            if previous is not None and previous[1]() is var and previous[2] != checksum:
                 _note_shared_write(written, var, count, entry[2])
-            written[key] = (count + 1, var, checksum, entry[1])
+            written[key] = (count + 1, weakref.ref(var), checksum, entry[1])
 
 
 def verify_shared(tape):
     """Backward hook: a shared buffer whose checksum changed since its seal was written after the
-    ops recorded before the seal saw it; those ops' backward then raises (``check``)."""
+    ops recorded before the seal saw it; those ops' backward then raises (``check``). Seals of
+    Variables that no longer exist are dropped (no op on the tape reads them)."""
     written = tape._written
     for key, entry in list(written.items()):
         if key.__class__ is tuple and key[0] == _SEAL:
-            count, var, checksum, buffer = entry
-            if var._value is buffer and _checksum(buffer) != checksum:
+            count, ref, checksum, buffer = entry
+            var = ref()
+            if var is None:
+                written.pop(key, None)
+            elif var._value is buffer and _checksum(buffer) != checksum:
                 shared = SHARED.get(id(var))
                 _note_shared_write(written, var, count, shared[2] if shared else "?")
 

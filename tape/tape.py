@@ -158,10 +158,12 @@ class Tape:
         self._ops, self._structure = kept, None
         with guard.LOCK:  # (another thread may be noting a write on this tape)
             if self._written:  # an entry counts the ops recorded before a write
+                # (one that no kept op precedes concerns no op any more: it goes)
                 self._written = {
-                    key: (bisect.bisect_left(old, count),) + entry[1:]
+                    key: (before,) + entry[1:]
                     for key, entry in self._written.items()
-                    for count in (entry[0],)
+                    for before in (bisect.bisect_left(old, entry[0]),)
+                    if before
                 }
 
     def __repr__(self):

@@ -132,6 +132,33 @@ def test_sharing_ends_when_the_variable_gets_a_new_buffer():
     assert id(x) not in guard.SHARED
 
 
+def test_a_shared_variable_is_shared_no_more_once_it_is_gone_though_other_tapes_live():
+    # a tape that outlives the step (an idle thread's, a private one) must not keep a shared
+    # Variable alive: while one is listed every op checksums what it reads
+    idle = tape.Tape()
+    weight = tape.Variable(np.ones(2))
+    idle.add_op("elementwise_mul", {"X": [weight], "Y": [weight]})
+    x = tape.Variable(np.arange(3.0, dtype=np.float32))
+    exported = torch.from_dlpack(x)
+    gone = tape.from_dlpack(torch.arange(4.0))
+    read = ops.sin(gone)
+    assert {id(x), id(gone)} <= guard.SHARED.keys()
+    del x, gone, read
+    tape.reset_global_tape()
+    assert not guard.SHARED
+    assert exported.tolist() == [0.0, 1.0, 2.0]  # (the buffer lives on with its consumer)
+
+
+def test_sharing_a_buffer_read_by_another_tape_seals_it_there():
+    other = tape.Tape()
+    x = tape.Variable(np.array([0.5, 1.5]), requires_grad=True)
+    loss = other.add_op("reduce_sum", {"X": [other.add_op("elementwise_mul", {"X": [x], "Y": [x]})]})
+    exported = torch.from_dlpack(x)
+    exported.mul_(3.0)  # written after the op on ``other`` saved it
+    with pytest.raises(tape.MutationError, match="shared"):
+        other.backward(loss)
+
+
 def test_copy_export_shares_nothing():
     x = tape.Variable(np.ones(2, np.float32))
     copied = np.from_dlpack(x, copy=True)
