@@ -152,7 +152,8 @@ def test_a_shared_variable_is_shared_no_more_once_it_is_gone_though_other_tapes_
 def test_sharing_a_buffer_read_by_another_tape_seals_it_there():
     other = tape.Tape()
     x = tape.Variable(np.array([0.5, 1.5]), requires_grad=True)
-    loss = other.add_op("reduce_sum", {"X": [other.add_op("elementwise_mul", {"X": [x], "Y": [x]})]})
+    squared = other.add_op("elementwise_mul", {"X": [x], "Y": [x]})
+    loss = other.add_op("reduce_sum", {"X": [squared]})
     exported = torch.from_dlpack(x)
     exported.mul_(3.0)  # written after the op on ``other`` saved it
     with pytest.raises(tape.MutationError, match="shared"):
