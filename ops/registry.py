@@ -252,15 +252,17 @@ class OpDef:
 
     def __call__(self, *inputs, **attrs):
         """Records this op on the current tape and returns its output Variable(s)."""
-        if len(inputs) > len(self.input_slots):
-            raise InputError(
-                self.type,
-                "too many inputs",
-                expected=f"at most {len(self.input_slots)}: {', '.join(self.input_slots)}",
-                actual=str(len(inputs)),
-                location=user_location(),
-            )
         return _dispatch(self, inputs, attrs)
+
+    def too_many_inputs(self, inputs):
+        """The error for a call with more inputs than the op has slots."""
+        return InputError(
+            self.type,
+            "too many inputs",
+            expected=f"at most {len(self.input_slots)}: {', '.join(self.input_slots)}",
+            actual=str(len(inputs)),
+            location=user_location(),
+        )
 
     def __repr__(self):
         return f"<op {self.type}({', '.join(self.input_slots)}) -> {', '.join(self.output_slots)}>"

@@ -17,6 +17,7 @@ import numpy as np
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
 from tape import collector, eager_speculation, guard, stale, transaction
+from tape.constants import as_inputs
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
 from tape.op_handle import OpHandle, slot_entries
@@ -484,22 +485,23 @@ def apply(defn, args, attrs):
 
 def dispatch(defn, inputs, attrs):
     """OpDef.__call__: converts the user's positional inputs and attributes, then records."""
-    from tape.constants import as_inputs
-
-    if (
-        defn.fast
-        and len(inputs) == len(defn.input_slots)
-        and all(v.__class__ is Variable for v in inputs)
-    ):
-        args = inputs
+    args = inputs if defn.fast and len(inputs) == len(defn.input_slots) else None
+    if args is not None:
+        for value in inputs:  # (a loop, not all(): a generator's frame is a third of an op)
+            if value.__class__ is not Variable:
+                args = None
+                break
+    if attrs or args is None or defn.required:
+        if len(inputs) > len(defn.input_slots):
+            raise defn.too_many_inputs(inputs)
+        try:
+            attrs = defn.check_attrs(attrs)
+            if args is None:
+                args = as_inputs(defn, inputs)
+        except FluidError as err:
+            raise err.with_context(op=defn.type, location=user_location()) from None
     else:
-        args = None
-    try:
-        attrs = defn.check_attrs(attrs)
-        if args is None:
-            args = as_inputs(defn, inputs)
-    except FluidError as err:
-        raise err.with_context(op=defn.type, location=user_location()) from None
+        attrs = defn.defaults
     # (``apply`` inlined; OpDef.__call__, the only caller, is the library: a frame fewer to walk)
     tape = state.tape
     if tape is None:
