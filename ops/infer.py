@@ -177,13 +177,25 @@ def check_list_inputs(xs, axis_of=None, what=""):
     if not xs:
         raise ShapeError(None, "input X is an empty list", expected="at least one Variable")
     first = xs[0]
-    for i, x in enumerate(xs[1:], 1):
-        off_axis = [k for k in range(len(first.shape)) if k != axis_of]
-        if len(x.shape) != len(first.shape) or any(x.shape[k] != first.shape[k] for k in off_axis):
+    shape, dtype, mixed = first.shape, first.dtype, False
+    # (tuple comparisons, no generator per input: concat's inference is on a Tree-LSTM's path)
+    if axis_of is None:
+        head, tail, ndim = shape, (), len(shape)
+    else:
+        head, tail, ndim = shape[:axis_of], shape[axis_of + 1 :], len(shape)
+    for i, x in enumerate(xs):
+        other = x.shape
+        if other is not shape and (
+            len(other) != ndim
+            or (axis_of is None and other != shape)
+            or (axis_of is not None and (other[:axis_of] != head or other[axis_of + 1 :] != tail))
+        ):
             raise ShapeError(
                 None,
                 f"inputs X must have equal shapes{what}",
-                expected=f"X[{i}].shape like X[0].shape == {first.shape}",
-                actual=f"X[{i}].shape == {x.shape}",
+                expected=f"X[{i}].shape like X[0].shape == {shape}",
+                actual=f"X[{i}].shape == {other}",
             )
-    return promoted(*xs)
+        if x.dtype is not dtype:
+            mixed = True
+    return promoted(*xs) if mixed else dtype

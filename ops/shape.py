@@ -211,9 +211,11 @@ def _infer_concat(attrs, xs):
         )
     axis = normalize_axis(None, attrs["axis"], len(xs[0].shape)) if xs else 0
     dtype = check_list_inputs(xs, axis, f" except along axis {axis}")
-    shape = list(xs[0].shape)
-    shape[axis] = sum(x.shape[axis] for x in xs)
-    return tuple(shape), dtype
+    total = 0
+    for x in xs:  # (no generator: a frame per call)
+        total += x.shape[axis]
+    shape = xs[0].shape
+    return shape[:axis] + (total,) + shape[axis + 1 :], dtype
 
 
 @register(

@@ -100,6 +100,9 @@ def as_variable(value, like=None, op=None, slot=None):
 
 def as_inputs(defn, inputs):
     """Positional user inputs -> one entry per input slot (lists for duplicable slots)."""
+    args = _plain_inputs(defn, inputs)
+    if args is not None:
+        return args
     slots = defn.input_slots
     like = _scalar_like(inputs)
     args = []
@@ -121,6 +124,29 @@ def as_inputs(defn, inputs):
             args.append([as_variable(v, like, defn.type, slot) for v in value])
         else:
             args.append(as_variable(value, like, defn.type, slot))
+    return tuple(args)
+
+
+def _plain_inputs(defn, inputs):
+    """``as_inputs`` where every input is a Variable (a list or tuple of them for a duplicable
+    slot) and every slot given: no constant to type, so no scan for the Variable to type it
+    after (a third of a lazy concat's recording); else None."""
+    slots = defn.input_slots
+    if len(inputs) != len(slots):
+        return None
+    duplicable, args = defn.duplicable_inputs, []
+    for value, slot in zip(inputs, slots):
+        if value.__class__ is Variable:
+            if slot in duplicable:
+                return None
+            args.append(value)
+        elif slot in duplicable and (value.__class__ is list or value.__class__ is tuple):
+            for var in value:
+                if var.__class__ is not Variable:
+                    return None
+            args.append(list(value))
+        else:
+            return None
     return tuple(args)
 
 

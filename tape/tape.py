@@ -337,7 +337,7 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3):
                 _step_mark(ops)
             ops.append(OpHandle(defn, args, (out,), attrs, None, index))
         return out
-    if defn.fast and given is None:
+    if given is None and defn.single_output and tape.lazy:
         # Lazy, one output: record only; the scheduler runs the kernel when a value is needed.
         shape, dtype = descs
         out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
