@@ -29,8 +29,10 @@ from tape.errors import AxisError, DTypeError, ShapeError
 
 def broadcast_shapes(op, x_shape, y_shape, x_name="X", y_name="Y"):
     """numpy broadcasting of two shapes, or a ShapeError naming the op and both inputs."""
-    if x_shape == y_shape:
+    if x_shape == y_shape or not y_shape:
         return x_shape
+    if not x_shape:
+        return y_shape
     nx, ny = len(x_shape), len(y_shape)
     n = max(nx, ny)
     out = []

@@ -126,6 +126,8 @@ def reduced_shape(shape, axes, keepdim):
 def accumulated_dtype(dtype):
     """The dtype sums and products accumulate in, as numpy (and PyTorch for signed ints): bool
     and narrower integers widen to 64 bits; floats keep theirs."""
+    if dtype.kind == "f":
+        return dtype
     if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < 8):
         return np.dtype(np.int64)
     if dtype.kind == "u" and dtype.itemsize < 8:
@@ -134,6 +136,8 @@ def accumulated_dtype(dtype):
 
 
 def _infer_reduce(attrs, x):
+    if attrs["axis"] is None:  # (over every axis, the common case: no axes to list)
+        return ((1,) * len(x.shape) if attrs["keepdim"] else ()), x.dtype
     axes = normalize_axes(None, attrs["axis"], len(x.shape))
     return reduced_shape(x.shape, axes, attrs["keepdim"]), x.dtype
 

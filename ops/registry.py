@@ -160,6 +160,33 @@ class Attr:
         return text + f" = {self.default!r}"
 
 
+# Checked attributes remembered per op: a loop calling ``x.sum(axis=1)`` or
+# ``concat(..., axis=-1)`` converts them once (a third of such an op's recording). Ops share the
+# dict as they share their defaults: no one writes into an op's attributes.
+_CHECKED_LIMIT = 64
+_PLAIN = frozenset({int, bool, str, type(None)})
+
+
+def _checked_key(attrs):
+    """A key for attributes whose conversion depends on their values only -- ints, bools,
+    strings, None, tuples of ints and floats other than zero (-0.0 == 0.0) and NaN -- with each
+    value's class (1, 1.0 and True are equal keys otherwise); None for any other."""
+    key = []
+    for name, value in attrs.items():
+        kind = value.__class__
+        if kind is float:
+            if value == 0.0 or value != value:
+                return None
+        elif kind is tuple:
+            for item in value:
+                if item.__class__ is not int:
+                    return None
+        elif kind not in _PLAIN:
+            return None
+        key += (name, kind, value)
+    return tuple(key)
+
+
 class OpDef:
     """Everything known about one op type; calling it records the op on the current tape.
 
@@ -182,6 +209,7 @@ class OpDef:
         self.attrs = dict(attrs or {})
         self.defaults = {k: a.default for k, a in self.attrs.items()}
         self.required = tuple(k for k, a in self.attrs.items() if a.required)
+        self._checked = {}  # recent check_attrs results by the given attributes (see there)
         self.infer = infer
         self.kernels = {"any": kernel}
         self.kernel = kernel
@@ -231,6 +259,11 @@ class OpDef:
                     hint=self.attr_listing(),
                 )
             return self.defaults
+        key = _checked_key(attrs)
+        if key is not None:
+            out = self._checked.get(key)
+            if out is not None:
+                return out
         out = dict(self.defaults)
         for name, value in attrs.items():
             spec = self.attrs.get(name)
@@ -242,6 +275,10 @@ class OpDef:
                 raise AttrError(
                     self.type, f"missing required attribute '{name}'", hint=self.attr_listing()
                 )
+        if key is not None:
+            if len(self._checked) >= _CHECKED_LIMIT:
+                self._checked.clear()
+            self._checked[key] = out
         return out
 
     def attr_listing(self):

@@ -26,22 +26,29 @@ _cache: dict = {}
 def constant(scalar, like=None):
     """A 0-d constant Variable for ``scalar``, typed after the Variable ``like`` (weakly)."""
     if like is not None and like.dtype is not None:
-        dtype = (
-            np.result_type(like.dtype, scalar)
-            if type(scalar) in (bool, int, float)
-            else np.result_type(like.dtype, np.asarray(scalar).dtype)
-        )
+        value = like._value
         # Where ``like`` lives; a lazy Variable has no value yet: the current place's module
         # (record lazy GPU programs inside ``tape.device("gpu")``).
-        xp = array_module(like._value) if like._value is not None else default_module()
+        if value.__class__ is np.ndarray:
+            xp = np
+        else:
+            xp = array_module(value) if value is not None else default_module()
+        like_dtype = like.dtype
     else:
-        dtype = np.asarray(scalar).dtype
-        xp = np
-    # -0.0 == 0.0 (and hashes alike): the sign bit keeps the two constants apart.
+        xp, like_dtype = np, None
+    # -0.0 == 0.0 (and hashes alike): the sign bit keeps the two constants apart. The key holds
+    # what the dtype is resolved from, so a repeated scalar (``x * 0.5`` in a loop) skips numpy's
+    # promotion.
     sign = math.copysign(1.0, scalar) if isinstance(scalar, (float, np.floating)) else None
-    key = (type(scalar), scalar, sign, dtype, xp)
+    key = (scalar.__class__, scalar, sign, like_dtype, xp)
     var = _cache.get(key)
     if var is None:
+        if like_dtype is None:
+            dtype = np.asarray(scalar).dtype
+        elif type(scalar) in (bool, int, float):
+            dtype = np.result_type(like_dtype, scalar)
+        else:
+            dtype = np.result_type(like_dtype, np.asarray(scalar).dtype)
         if len(_cache) > 512:
             _cache.clear()
         var = _cache[key] = _constant(xp.asarray(scalar, dtype=dtype))

@@ -53,6 +53,8 @@ def _unary(op_type):
 
 def _sum(self, axis=None, keepdims=False):
     """Sum over ``axis`` (all axes when None), as op 'reduce_sum'."""
+    if axis is None and not keepdims:  # (the defaults: no attributes to check)
+        return REGISTRY["reduce_sum"](self)
     return REGISTRY["reduce_sum"](self, axis=axis, keepdim=keepdims)
 
 

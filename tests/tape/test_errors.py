@@ -134,3 +134,24 @@ def test_errors_format_expected_actual_and_hint_lines():
         "  actual:   4 != 5\n"
         "  recorded at: train.py:42 in forward"
     )
+
+
+def test_a_repeated_bad_attribute_is_reported_every_time():
+    # (checked attributes are remembered per op: a failing check never is)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="has an invalid value"):
+            ops.mul(f32(2, 3), f32(3, 2), x_num_col_dims=0)
+
+
+def test_remembered_attributes_keep_each_values_type_and_the_sign_of_zero():
+    x = tape.Variable(np.array([2.0, -3.0]))
+    assert ops.scale(x, scale=1).numpy().tolist() == [2.0, -3.0]  # (int for a float: taken)
+    with pytest.raises(TypeError, match="wrong type"):  # (True == 1, but a bool is refused)
+        ops.scale(x, scale=True)
+    positive = ops.scale(x, scale=0.0).numpy()
+    negative = ops.scale(x, scale=-0.0).numpy()
+    assert np.signbit(negative).tolist() == [True, False]
+    assert np.signbit(positive).tolist() == [False, True]
+    assert ops.reduce_sum(f32(2, 3), axis=1).shape == (2,)
+    assert ops.reduce_sum(f32(2, 3), axis=(1,)).shape == (2,)
+    assert ops.reduce_sum(f32(2, 3), axis=1, keepdim=True).shape == (2, 1)
