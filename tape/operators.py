@@ -14,6 +14,7 @@ from ops.registry import REGISTRY
 from tape import tape as _engine
 from tape.constants import as_variable
 from tape.errors import InputError
+from tape.indexing import getitem, setitem
 from tape.tape import get_global_tape, state
 from tape.variable import Variable
 
@@ -89,20 +90,12 @@ def _transpose(self, *axes):
     return REGISTRY["transpose"](self, perm=axes)
 
 
-def _getitem(self, index):
-    from tape.indexing import getitem
-
-    return getitem(self, index)
-
-
 def _astype(self, dtype):
     return REGISTRY["cast"](self, out_dtype=dtype)
 
 
 def _setitem(self, index, value):
     """``x[index] = value``: an out-of-place 'index_put' that rebinds ``x`` (tape.indexing)."""
-    from tape.indexing import setitem
-
     setitem(self, index, value)
 
 
@@ -151,7 +144,7 @@ def install():
         "__neg__": _unary("neg"),
         "__abs__": _unary("abs"),
         "__invert__": _unary("bitwise_not"),
-        "__getitem__": _getitem,
+        "__getitem__": getitem,  # (itself: a frame fewer per index)
         "__setitem__": _setitem,
         "sum": _sum,
         "mean": _mean,

@@ -298,14 +298,15 @@ def _kernel_error(defn, tape, err):
 _HOOK = None  # tape.instrument's observer while profiling or checking: one test per op
 
 
-def record(tape, defn, args, attrs, given=None, observed=False, depth=3):
+def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferred=None):
     """The hot path: infer, run (eager) and record op ``defn`` on ``tape``; returns its outputs.
 
     Only the library calls it (``apply``, ``Tape.add_op``, optimizers, operators), so the
     user's line is looked for from its caller's caller on (``user_location(depth)``); a caller
     that knows its own caller is the library passes a larger ``depth``: frames fewer to walk
     (and to create) for each lazy op. While a profiler or anomaly block is open the observer
-    records the op (calling back with ``observed=True``).
+    records the op (calling back with ``observed=True``). ``inferred``: the outputs'
+    descriptions, from the same op checked on the same shapes before (``apply_inferred``).
     """
     if _HOOK is not None and not observed:
         return _HOOK.record(tape, defn, args, attrs, given)
@@ -313,12 +314,15 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3):
         return run_trusted(defn, args, attrs)
     if SHARED:  # a buffer another library may write (tape.dlpack): checksum what this op reads
         guard.seal(tape, args)
-    try:
-        descs = defn.infer(attrs, *args)
-    except FluidError as err:
-        raise err.with_context(
-            name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
-        ) from None
+    if inferred is None:
+        try:
+            descs = defn.infer(attrs, *args)
+        except FluidError as err:
+            raise err.with_context(
+                name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
+            ) from None
+    else:
+        descs = inferred
     grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
     if defn.fast and given is None and not tape.lazy:
         # One output, plain inputs, eager: the common case, kept short.
@@ -481,6 +485,21 @@ def apply(defn, args, attrs):
     if tape is None:
         tape = get_global_tape()
     return record(tape, defn, args, attrs, None, False, 4)
+
+
+def apply_inferred(defn, args, attrs, descs):
+    """``apply`` where the caller knows the outputs' descriptions ``descs``, having recorded
+    the same op with the same attributes on inputs of the same shapes and dtypes before
+    (``tape.indexing``'s remembered indices): no inference. Observers, and ``tape.track_memory``
+    wrapping ``record``, get the usual call."""
+    if state.trusted and defn.fast and _HOOK is None and record is _RECORD:
+        return run_trusted(defn, args, attrs)
+    tape = state.tape
+    if tape is None:
+        tape = get_global_tape()
+    if _HOOK is not None or record is not _RECORD:
+        return record(tape, defn, args, attrs, None, False, 4)
+    return _RECORD(tape, defn, args, attrs, None, False, 4, descs)
 
 
 def dispatch(defn, inputs, attrs):

@@ -88,6 +88,16 @@ def test_a_remembered_index_is_remembered_per_shape():
         tape.Variable(np.zeros((2, 6)))[2, None]  # (the same index on another shape)
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_remembered_index_gives_each_dtype_its_own_and_the_shape_it_inferred(lazy):
+    with tape.lazy(enabled=lazy):
+        for dtype in (np.float64, np.float32, np.int32, np.float32):
+            x = tape.Variable(np.arange(24).reshape(4, 6).astype(dtype))
+            got = x[1:3, None, ::2]
+            assert (got.shape, got.dtype) == ((2, 1, 3), np.dtype(dtype))
+            np.testing.assert_array_equal(got.numpy(), x.numpy()[1:3, None, ::2])
+
+
 @pytest.mark.parametrize("index", ARRAY_INDICES, ids=repr)
 def test_integer_array_indexing_gathers_rows(index):
     _check((3, 4), index)
