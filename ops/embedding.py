@@ -45,7 +45,10 @@ def _check_table(w, ids, padding_idx):
 
 
 def _check_ids(ids, rows, error):
-    low, high = int(ids.min()), int(ids.max())
+    if ids.size == 1:  # (one id, as a per-example model looks up: no reductions)
+        low = high = int(ids.item())
+    else:
+        low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= rows:
         bad = low if low < 0 else high
         message = f"id {bad} is outside the table's rows [0, {rows})"

@@ -139,7 +139,17 @@ _TN = {"transpose_x": True, "transpose_y": False}
 
 
 def _infer_matmul(attrs, x, y):
-    xs, ys = list(x.shape), list(y.shape)
+    xs, ys = x.shape, y.shape
+    if (  # (a vector or matrix times a matrix, untransposed: the common case, kept short)
+        len(ys) == 2
+        and 0 < len(xs) <= 2
+        and xs[-1] == ys[0]
+        and not attrs["transpose_x"]
+        and not attrs["transpose_y"]
+    ):
+        dtype = x.dtype if x.dtype is y.dtype else result_dtype(x, y)
+        return (*xs[:-1], ys[1]), dtype
+    xs, ys = list(xs), list(ys)
     if not xs or not ys:
         raise ShapeError(
             None,
