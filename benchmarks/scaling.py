@@ -213,7 +213,7 @@ def _trees_numpy(config, data):
     return step
 
 
-def _trees_fluidtape(config, data, lazy=None, fresh=True):
+def _trees_fluidtape(config, data, fresh=True):
     tape, ops, _, _ = common.fluidtape(["tanh", "matmul"])
     params = [tape.Variable(a, requires_grad=True) for a in common.copies(data["params"])]
     w_leaf, w_l, w_r, b = params
@@ -233,17 +233,13 @@ def _trees_fluidtape(config, data, lazy=None, fresh=True):
         tape.backward(total)
         return total, [p.grad() for p in params]
 
-    if lazy is None:
-        return record
-
-    def step():
-        with tape.lazy(**lazy):
-            return record()
-
-    return step
+    return record
 
 
 # -- the implementations ----------------------------------------------------------------------
+# Each lazy variant runs its steps in a ``tape.lazy()`` block of its own, as a program's loops
+# are: lazy mode speculates per block (tape.eager_speculation), so the variants, timed in turn
+# in one process, do not make each other's steps eager.
 
 
 def setup_numpy(config, data):
@@ -258,43 +254,46 @@ def setup_fluidtape(config, data):
     return _trees_fluidtape(config, data)
 
 
-def _lazy(config, data, options, fresh):
-    import tape
-
+def _model_step(config, data, fresh):
+    """The model's step, recording on the global tape (in the caller's lazy block)."""
     if config["model"] == "trees":
-        return _trees_fluidtape(config, data, options, fresh)
-    step = _chain_fluidtape(config, data, vary=fresh)
-
-    def lazy_step():
-        with tape.lazy(**options):
-            return step()
-
-    return lazy_step
+        return _trees_fluidtape(config, data, fresh)
+    return _chain_fluidtape(config, data, vary=fresh)
 
 
 def setup_miss(config, data):
     """Lazy mode, a structure not seen lately every step: the first steps run here, untimed,
     the lazy way (interpreted), and the next ones eagerly, as lazy mode speculates for a model
     whose every recent step was new (tape.eager_speculation): a training loop's steady state."""
+    import tape
     from tape import eager_speculation
 
     if config["model"] == "chain":  # (warmed on other structures: the timed steps' stay new)
-        warm = _lazy(dict(config, n_ops=config["n_ops"] - 3), data, {}, fresh=True)
+        warm = _model_step(dict(config, n_ops=config["n_ops"] - 3), data, fresh=True)
     else:
-        warm = _lazy(config, dict(data, seed=data["seed"] + 1), {}, fresh=True)
+        warm = _model_step(config, dict(data, seed=data["seed"] + 1), fresh=True)
+    current = [warm]
+
+    def miss_step():
+        with tape.lazy():
+            return current[0]()
+
     for _ in range(eager_speculation.STREAK):
-        warm()
-    return _lazy(config, data, {}, fresh=True)
+        miss_step()
+    current[0] = _model_step(config, data, fresh=True)
+    return miss_step
 
 
 def setup_compile(config, data):
     """Lazy mode, a structure not seen lately compiled into a plan every step."""
+    import tape
     from tape.passes.plan import CACHE
 
-    step = _lazy(config, data, {"compile": True}, fresh=True)
+    step = _model_step(config, data, fresh=True)
 
     def compile_step():
-        result = step()
+        with tape.lazy(compile=True):
+            result = step()
         CACHE._entries.popitem()  # (the plan just made: it would only push others out)
         return result
 
@@ -306,12 +305,18 @@ def setup_hit(config, data):
     cached run here, untimed: the first two sightings run the eager backward, the third
     records its gradient ops and is interpreted, the fourth compiles (tape.replay), and the
     next steps time the plan against the eager way to run the faster (tape.tier_choice)."""
+    import tape
     from tape import tier_choice
 
-    step = _lazy(config, data, {}, fresh=False)
+    step = _model_step(config, data, fresh=False)
+
+    def hit_step():
+        with tape.lazy():
+            return step()
+
     for _ in range(4 + tier_choice.PATIENCE + 2):
-        step()
-    return step
+        hit_step()
+    return hit_step
 
 
 IMPLEMENTATIONS = {

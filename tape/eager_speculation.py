@@ -24,6 +24,11 @@ to measure and no probe. ``tape.explain()`` says when a step was speculated.
 
 Only steps that lazy mode would run the eager way are speculated: the options must interpret new
 structures (no ``compile=True``, threads > 1, ``validate`` or ``debug``).
+
+The streak, probes and sketches are kept per ``tape.lazy()`` block (its ``with`` line and
+options) and thread: a loop over trees that are new at every step does not make the steps of a
+fixed model's loop in another block eager (where the two alternate, each of that model's steps
+would be).
 """
 
 from __future__ import annotations
@@ -44,43 +49,92 @@ SKETCH_EVERY = 4
 PROBE = 32  # the first probe's interval in speculated steps (a probe records lazily instead)
 MAX_INTERVAL = 1024  # the interval a probe that changed nothing doubles, up to this
 
-_state = threading.local()  # (this thread's streak, its speculated steps)
+BLOCKS = 64  # lazy blocks remembered per thread (the least recently entered is forgotten)
+
+
+class _Block:
+    """One lazy block's speculation (per thread): its streak of new structures, speculated
+    steps since the last probe, speculated steps since the last sketch, doublings of the probe
+    interval, whether its current step is a probe, and the model its speculated step times."""
+
+    __slots__ = ("streak", "speculated", "unsketched", "doublings", "probing", "timed")
+
+    def __init__(self):
+        self.streak = self.speculated = self.unsketched = self.doublings = 0
+        self.probing, self.timed = False, None
+
+
+_state = threading.local()  # (this thread's blocks by site, and the block steps now use)
+
+
+def _block():
+    block = getattr(_state, "block", None)
+    if block is None:
+        block = _state.block = _Block()
+    return block
+
+
+def enter(site):
+    """Makes the block at ``site`` (a ``tape.lazy()`` block's ``with`` line and options:
+    (code, line, settings)) the one the next steps use; returns the block used until now, for
+    ``leave``."""
+    blocks = getattr(_state, "blocks", None)
+    if blocks is None:
+        blocks = _state.blocks = {}
+    block = blocks.pop(site, None)
+    if block is None:
+        block = _Block()
+        if len(blocks) >= BLOCKS:
+            del blocks[next(iter(blocks))]
+    blocks[site] = block  # (most recent last)
+    previous = getattr(_state, "block", None)
+    _state.block = block
+    return previous
+
+
+def leave(previous):
+    """Restores the block ``enter`` replaced (an enclosing lazy block's); after the outermost
+    block the one just left stays current (``streak`` and ``interval`` describe it)."""
+    if previous is not None:
+        _state.block = previous
 
 
 def next_step_eager():
     """Whether the global tape ``reset_global_tape`` is making in a lazy block records eagerly."""
     from tape.lazy import always_batches, interprets_new_structures, may_autobatch
 
-    if getattr(_state, "streak", 0) < STREAK or not interprets_new_structures():
+    block = _block()
+    if block.streak < STREAK or not interprets_new_structures():
         return False
-    if always_batches():  # (a streak another block's steps made: these batch)
+    if always_batches():  # (a streak made by steps with other options: these batch)
         return False
-    _state.speculated = getattr(_state, "speculated", 0) + 1
-    if _state.speculated < interval() or not may_autobatch():
+    block.speculated += 1
+    if block.speculated < interval() or not may_autobatch():
         return True
-    _state.speculated, _state.probing = 0, True
+    block.speculated, block.probing = 0, True
     return False
 
 
 def probing():
     """Whether the step ``next_step_eager`` just declined is a probe: its run tries the way
     ``autobatch="auto"`` does not prefer now (``tape.lazy.run_before_backward``)."""
-    return getattr(_state, "probing", False)
+    return _block().probing
 
 
 def lazy_step(new_and_unbatched):
     """Notes a lazy step's backward: whether its structure was new and its forward ran
     unbatched (the streak grows) or not (it ends). After a probe, sets when the next comes."""
-    _state.streak = getattr(_state, "streak", 0) + 1 if new_and_unbatched else 0
-    if getattr(_state, "probing", False):
-        _state.probing = False
-        _state.doublings = getattr(_state, "doublings", 0) + 1 if new_and_unbatched else 0
+    block = _block()
+    block.streak = block.streak + 1 if new_and_unbatched else 0
+    if block.probing:
+        block.probing = False
+        block.doublings = block.doublings + 1 if new_and_unbatched else 0
 
 
 def interval():
     """Speculated steps from one probe to the next: ``PROBE``, doubled after each probe that
     changed nothing, up to ``MAX_INTERVAL``."""
-    return min(PROBE << min(getattr(_state, "doublings", 0), 16), MAX_INTERVAL)
+    return min(PROBE << min(_block().doublings, 16), MAX_INTERVAL)
 
 
 def eager_step(sketch, ops):
@@ -88,46 +142,49 @@ def eager_step(sketch, ops):
     structure's ``sketch()`` says whether it repeats; a new structure grows the streak, one
     seen before ends it, so the next step records lazily. So does a model that autobatching
     would batch (``autobatch_choice``: one it never measured batches first), as the streak
-    is this thread's and may have been made by another model's steps."""
+    may have been made by another model's steps in the same block."""
     from tape.lazy import may_autobatch
 
+    block = _block()
     key = autobatch_choice.model_key(ops) if may_autobatch() else None
     if key is not None and autobatch_choice.prefers_batching(key):
-        _state.streak = 0
+        block.streak = 0
         tier_choice.step_unmeasured()
         return
-    _state.timed = (key, len(ops)) if key is not None else None
-    _state.unsketched = getattr(_state, "unsketched", 0) + 1
-    if _state.unsketched < SKETCH_EVERY:
+    block.timed = (key, len(ops)) if key is not None else None
+    block.unsketched += 1
+    if block.unsketched < SKETCH_EVERY:
         tier_choice.step_unmeasured()
-        _state.streak = getattr(_state, "streak", 0) + 1
+        block.streak += 1
         return
-    _state.unsketched = 0
-    _state.streak = 0 if tier_choice.seen(sketch()) else getattr(_state, "streak", 0) + 1
+    block.unsketched = 0
+    block.streak = 0 if tier_choice.seen(sketch()) else block.streak + 1
 
 
 def eager_step_done(tape):
     """Times a speculated step whose backward is done, from its tape's start, as the unbatched
     way of its model (``autobatch_choice``): what autobatching must beat is this step, not a
     lazily recorded one (recording lazily costs 10-20% more)."""
-    timed, _state.timed = getattr(_state, "timed", None), None
+    block = _block()
+    timed, block.timed = block.timed, None
     started = tape.started
     if timed is not None and started is not None:
         autobatch_choice.measured(timed[0], False, autobatch_choice.clock() - started, timed[1])
 
 
 def streak():
-    """This thread's streak of new structures (for ``tape.explain``)."""
-    return getattr(_state, "streak", 0)
+    """The current block's streak of new structures (for ``tape.explain``)."""
+    return _block().streak
 
 
 def reset():
-    """Forgets this thread's streak (tests start afresh)."""
-    _state.streak = _state.speculated = _state.unsketched = 0
-    _state.doublings, _state.probing, _state.timed = 0, False, None
+    """Forgets this thread's streaks (tests start afresh)."""
+    _state.block, _state.blocks = None, {}
 
 
 __all__ = [
+    "enter",
+    "leave",
     "next_step_eager",
     "lazy_step",
     "eager_step",
@@ -140,4 +197,5 @@ __all__ = [
     "SKETCH_EVERY",
     "PROBE",
     "MAX_INTERVAL",
+    "BLOCKS",
 ]

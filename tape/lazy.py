@@ -28,6 +28,7 @@ kernels.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 import weakref
 
@@ -164,6 +165,11 @@ class lazy:
             options.autobatch,
         ) = self.settings
         instrument.attach(check=self.check_finite)
+        # (the ``with`` line and its options: its steps' speculation is its own)
+        caller = sys._getframe(1)
+        self.outer_block = eager_speculation.enter(
+            (caller.f_code, caller.f_lineno, self.settings)
+        )
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -191,6 +197,7 @@ class lazy:
                 options.autobatch,
             ) = settings
             instrument.detach(check=self.check_finite)
+            eager_speculation.leave(self.outer_block)
             collector.step_ended()
         if current is not None and current.lazy != outer:
             current.lazy = outer

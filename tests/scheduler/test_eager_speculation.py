@@ -22,21 +22,26 @@ def _model():
 
 
 def _step(model, length, lazy=True, **options):
-    """One step over a sequence of ``length`` (a new structure for every new length): the
-    loss, the gradients and the step's tape."""
+    """One step over a sequence of ``length`` (a new structure for every new length) in this
+    function's lazy block: the loss, the gradients and the step's tape."""
+    with tape.lazy(lazy, **options):
+        return _body(model, length)
+
+
+def _body(model, length):
+    """A step in the lazy block around it."""
     cell, head = model
     params = cell.params() + head.params()
     for param in params:
         param.clear_grad()
     x = np.linspace(-1, 1, DIM, dtype=np.float32)
-    with tape.lazy(lazy, **options):
-        t = tape.reset_global_tape()
-        h = tape.Variable(x)
-        for _ in range(length):
-            h = cell(h) + h
-        loss = head(h).sum()
-        tape.backward(loss)
-        grads = [p.grad().numpy().copy() for p in params]
+    t = tape.reset_global_tape()
+    h = tape.Variable(x)
+    for _ in range(length):
+        h = cell(h) + h
+    loss = head(h).sum()
+    tape.backward(loss)
+    grads = [p.grad().numpy().copy() for p in params]
     return loss.numpy(), grads, t
 
 
@@ -136,7 +141,7 @@ def test_a_probe_that_batched_spaces_the_next_one_anew(monkeypatch):
     assert eager_speculation.interval() == 4
     eager_speculation.lazy_step(False)  # (not a probe: the interval stays)
     assert eager_speculation.interval() == 4
-    eager_speculation._state.probing = True
+    eager_speculation._block().probing = True
     eager_speculation.lazy_step(False)  # a probe whose run batched (or repeated)
     assert eager_speculation.interval() == 2
 
@@ -168,20 +173,51 @@ def test_a_model_that_batches_faster_is_not_speculated(monkeypatch):
 
 def test_a_speculated_step_leaves_the_block_lazy_for_the_next_tape():
     model = _model()
-    for length in range(1, 5):
-        _step(model, length, autobatch=False)
-    with tape.lazy(autobatch=False):
-        t = tape.reset_global_tape()  # (speculated: records eagerly)
-        y = ops.relu(tape.Variable(np.array([-1.0, 2.0], np.float32)))
-        assert _speculated(t) and y._pending is None
-        eager_speculation.reset()
-        t = tape.reset_global_tape()
-        y = ops.relu(tape.Variable(np.array([-1.0, 2.0], np.float32)))
-        assert t.lazy and y._pending is t
-        np.testing.assert_array_equal(y.numpy(), [0.0, 2.0])
+    for length in range(1, 6):
+        with tape.lazy(autobatch=False):
+            if length < 5:
+                _body(model, length)
+                continue
+            t = tape.reset_global_tape()  # (speculated: records eagerly)
+            y = ops.relu(tape.Variable(np.array([-1.0, 2.0], np.float32)))
+            assert _speculated(t) and y._pending is None
+            eager_speculation.reset()
+            t = tape.reset_global_tape()
+            y = ops.relu(tape.Variable(np.array([-1.0, 2.0], np.float32)))
+            assert t.lazy and y._pending is t
+            np.testing.assert_array_equal(y.numpy(), [0.0, 2.0])
 
 
-def test_a_streak_another_block_made_does_not_speculate_a_block_that_always_batches():
+def _forget_everything():
+    from tape import replay
+
+    replay.forget()
+    eager_speculation.reset()
+    autobatch_choice.reset()
+
+
+def test_a_streak_in_one_block_does_not_speculate_another_blocks_steps():
+    # a fixed model's loop in its own block, alone and alternating with a loop over new
+    # structures in another: its steps are speculated alike (until its sketch repeats), and
+    # then stay lazy, on the way to its compiled plan
+    def fixed_steps(changing=None):
+        _forget_everything()
+        fixed, tapes = _model(), []
+        for length in range(1, 11):
+            if changing is not None:
+                _step(changing, length, autobatch=False)
+            with tape.lazy(autobatch=False):
+                tapes.append(_speculated(_body(fixed, 3)[2]))
+        return tapes
+
+    alone = fixed_steps()
+    assert alone == fixed_steps(_model())
+    assert not any(alone[-4:])
+    changing = _model()  # (its own block still speculates)
+    assert all(_speculated(_step(changing, n, autobatch=False)[2]) for n in range(20, 23))
+
+
+def test_a_streak_made_with_other_options_does_not_speculate_steps_that_always_batch():
     model = _model()
     for length in range(1, 4):  # (a streak: these steps are new and unbatched)
         _step(model, length, autobatch=False)
@@ -191,9 +227,19 @@ def test_a_streak_another_block_made_does_not_speculate_a_block_that_always_batc
 
 
 def test_a_model_autobatching_never_measured_ends_another_models_streak(monkeypatch):
-    first = _model()
-    for length in range(1, 4):
-        _step(first, length, autobatch=False)
+    first = _model()  # (measured: its unbatched runs are cheaper; the other is not measured)
+    measured = id(first[0].params()[0])
+    choose, prefers = autobatch_choice.choose, autobatch_choice.prefers_batching
+    monkeypatch.setattr(
+        autobatch_choice,
+        "choose",
+        lambda key, probe=False: False if key == measured else choose(key, probe),
+    )
+    monkeypatch.setattr(
+        autobatch_choice, "prefers_batching", lambda key: key != measured and prefers(key)
+    )
+    for length in range(1, 4):  # (in the block the other model's steps use)
+        _step(first, length)
     other = _model()  # (new parameters: a model autobatch="auto" has not measured)
     tapes = [_step(other, length)[2] for length in range(1, 4)]
     assert _speculated(tapes[0])  # (the streak was there when its first step began)
