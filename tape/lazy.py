@@ -167,9 +167,7 @@ class lazy:
         instrument.attach(check=self.check_finite)
         # (the ``with`` line and its options: its steps' speculation is its own)
         caller = sys._getframe(1)
-        self.outer_block = eager_speculation.enter(
-            (caller.f_code, caller.f_lineno, self.settings)
-        )
+        self.outer_block = eager_speculation.enter((caller.f_code, caller.f_lineno, self.settings))
         return self
 
     def __exit__(self, exc_type, *exc):
