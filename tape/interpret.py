@@ -139,23 +139,24 @@ def run_all_batched(tape, heuristic):
     ops = tape._pending_ops
     if not _inputs_ready(tape, ops):
         return False
-    for op in ops:
-        defn = op.defn
-        if defn.inplace or defn.side_effect:
-            return False
-        if not defn.fast:
-            inputs = op.input_vars()
-            if any(out is var for out in op.output_vars() for var in inputs):
-                return False  # (an output bound to an input: written in place)
     xp = module_of(var for op in ops for var in op.input_vars())
     ops = list(ops)
     kernels, steps = {}, []
+    append = steps.append
     for op in ops:  # (the instructions ``_decide`` makes, with nothing to free)
         defn = op.defn
         kernel = kernels.get(defn)
         if kernel is None:
+            if defn.inplace or defn.side_effect:
+                return False
             kernel = kernels[defn] = kernel_for(defn, xp)
-        steps.append((kernel, op.attrs, op.args, op.results if defn.fast else None, False, ()))
+        if defn.fast:
+            append((kernel, op.attrs, op.args, op.results, False, ()))
+            continue
+        inputs = op.input_vars()
+        if any(out is var for out in op.output_vars() for var in inputs):
+            return False  # (an output bound to an input: written in place)
+        append((kernel, op.attrs, op.args, None, False, ()))
     decision = _Decision(ops, steps, set())
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
     staged = {}
@@ -483,25 +484,10 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
         _execute(tape, decision, snapshot, staged, xp, variables)
         return
     groups, rules = plan.groups, plan.rules
-    group_of = [0] * len(ops)
-    last_read = {}
-    for number, members in enumerate(groups):
-        for position in members:
-            group_of[position] = number
-            op = ops[position]
-            for var in op.args if op.defn.simple_inputs else op.input_vars():
-                # (ids, not the Variables: a key would be a reference the frees' refcount
-                # tests count as the user's, and nothing would be freed early)
-                last_read[id(var)] = number  # (groups are numbered in run order)
-    free_at = [[] for _ in groups]
-    read = last_read.get
-    for position, step in enumerate(steps):
-        frees = step[5]
-        if frees:
-            number = group_of[position]
-            for entry in frees:
-                later = read(id(variables[entry[0]]), -1)
-                free_at[later if later > number else number].append(entry)
+    if variables:
+        free_at = _frees_after_last_reads(ops, steps, groups, variables)
+    else:  # (no slots, so no frees: a run of every op keeps every value, run_all_batched's)
+        free_at = [()] * len(groups)
     is_numpy, rows = xp is np, {}
     release, freed = snapshot.release, weakref.ref(tape)
     ran = [None] * len(groups)  # per batched group: what its backward reads (see below)
@@ -539,6 +525,31 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
         elif torn:
             ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out
     tape._batched_run = (ops, groups, rules, rows, None if staged else ran)
+
+
+def _frees_after_last_reads(ops, steps, groups, variables):
+    """Per group (in run order), the frees of ``steps`` that may happen once it ran: each
+    after the last group reading the variable, which may come later than its op's."""
+    group_of = [0] * len(ops)
+    last_read = {}
+    for number, members in enumerate(groups):
+        for position in members:
+            group_of[position] = number
+            op = ops[position]
+            for var in op.args if op.defn.simple_inputs else op.input_vars():
+                # (ids, not the Variables: a key would be a reference the frees' refcount
+                # tests count as the user's, and nothing would be freed early)
+                last_read[id(var)] = number  # (groups are numbered in run order)
+    free_at = [[] for _ in groups]
+    read = last_read.get
+    for position, step in enumerate(steps):
+        frees = step[5]
+        if frees:
+            number = group_of[position]
+            for entry in frees:
+                later = read(id(variables[entry[0]]), -1)
+                free_at[later if later > number else number].append(entry)
+    return free_at
 
 
 def _torn(value, torn):
