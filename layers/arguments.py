@@ -123,6 +123,10 @@ def as_input(layer, name, value):
     """``value`` given for ``layer``'s data input ``name`` as a Variable."""
     if isinstance(value, Variable):
         return value
+    if value.__class__ is np.ndarray and value.dtype.kind in "biufc":
+        # (a numpy array, as a per-example model passes a word id: what own_array does, short)
+        array = value.copy(order="K")
+        return Variable._make(array, array.shape, array.dtype, False)
     what = f"{type(layer).__name__}: argument '{name}'"
     if value is None or isinstance(value, (str, bytes)) or not _array_like(value):
         raise InputError(
