@@ -628,10 +628,14 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
             _located_step(steps[position], ops[position], xp, staged, is_numpy)
         return None
     ids = []
-    for position, part in zip(members, autobatch.scatter(out, len(members), rows)):
+    append = ids.append
+    for row, (position, part) in enumerate(zip(members, autobatch.rows_of(out, len(members)))):
+        # (each row recorded for later gathers, holding it so that its id stays unique; the
+        # executor drops the entry when it frees the row)
+        rows[id(part)] = (out, row, part)
         result = ops[position].results[0]
         result._value, result._pending = part, None
-        ids.append(id(result))
+        append(id(result))
     # (a copy gathered is not kept: it would hold memory no Variable holds)
     return ids, [value if value.base is not None else None for _, value in inputs], out
 

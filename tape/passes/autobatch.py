@@ -360,16 +360,12 @@ def gather(values, rows, xp):
     return xp.stack(values)
 
 
-def scatter(out, count, rows):
-    """The rows of a batched result, recorded in ``rows`` for later gathers (holding each row,
-    so that its id stays unique; the executor drops the entry when it frees the row)."""
+def rows_of(out, count):
+    """The ``count`` rows of a batched result, as arrays (0-d ones for a vector, not numpy
+    scalars)."""
     if out.ndim == 1:
-        parts = [out[i, ...] for i in range(count)]  # 0-d arrays, not numpy scalars
-    else:
-        parts = list(out)
-    for i, part in enumerate(parts):
-        rows[id(part)] = (out, i, part)
-    return parts
+        return [out[i, ...] for i in range(count)]
+    return list(out)
 
 
 __all__ = [
@@ -377,7 +373,7 @@ __all__ = [
     "inputs",
     "Schedule",
     "gather",
-    "scatter",
+    "rows_of",
     "shared",
     "MIN_GROUP",
     "HEURISTICS",
