@@ -102,7 +102,10 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
         if not new:
             eager_speculation.lazy_step(False)
         if tier_choice.eager_way(sketched, len(tape._ops)):
-            return _the_eager_way(tape, fresh, sketched, new)
+            if new:
+                return _the_eager_way(tape, fresh, sketched, new)
+            with tier_choice.warm_eager_way():  # (a measured tier: its run is warm work)
+                return _the_eager_way(tape, fresh, sketched, new)
         if not new:
             leaves = step_program.run_known(tape, loss, sketched, retain_graph)
             if leaves is not None:

@@ -15,7 +15,10 @@ eager way as the alternative, taken where it costs at most ``MARGIN`` of the pla
 Steps are told apart by the lazy backwards of the global tape: a step is the time from one such
 backward to the next, when both have the same ``sketch`` (a structure's cheap stand-in) and
 nothing in between did work that a warm step does not do (``cold``: a plan compiled, a run
-interpreted, a backward learnt or a structure met for the first time). So a step's time includes
+interpreted, a backward learnt or a structure met for the first time). The eager way of a
+structure already known is warm whatever its forward's run does (``warm_eager_way``): it is that
+tier's steady state, autobatched or interpreted as the options say, and a tier never measured
+would be taken again and again. So a step's time includes
 its recording, both tiers' runs and the optimizer's update, and measures what the user waits for.
 A structure whose sketch was never seen always runs the eager way: nothing of it is cached yet.
 
@@ -47,6 +50,7 @@ MARGIN = 0.97
 _SKETCHES = Remembered(LIMIT)  # sketch -> Measured (True: the eager way), least recent first
 _COLD = [0]  # cold work done so far (see ``cold``)
 _open = threading.local()  # the step being timed: (sketch, eager way?, started, ops, cold)
+_warm = threading.local()  # whether a known structure's eager way is running (warm_eager_way)
 _LOCK = threading.Lock()
 
 
@@ -66,8 +70,22 @@ def sketch(tape, loss, retain_graph):
 
 
 def cold():
-    """Notes work a warm step does not do: the step being timed is not measured."""
-    _COLD[0] += 1
+    """Notes work a warm step does not do: the step being timed is not measured (except inside
+    ``warm_eager_way``)."""
+    if not getattr(_warm, "on", False):
+        _COLD[0] += 1
+
+
+class warm_eager_way:
+    """The block of a known structure's eager way (``tape.replay``): its forward's run, batched
+    or interpreted, is this tier's own work, so nothing in it makes the step cold."""
+
+    def __enter__(self):
+        self.outer = getattr(_warm, "on", False)
+        _warm.on = True
+
+    def __exit__(self, *exc):
+        _warm.on = self.outer
 
 
 def eager_way(sketched, ops):
@@ -149,4 +167,4 @@ def reset():
         _open.step = None
 
 
-__all__ = ["sketch", "cold", "eager_way", "known", "seen", "costs_of", "reset"]
+__all__ = ["sketch", "cold", "warm_eager_way", "eager_way", "known", "seen", "costs_of", "reset"]

@@ -55,9 +55,10 @@ def _eager_gradient(w, x):
     return _step(w, x, enabled=False)[0]
 
 
+@pytest.mark.parametrize("autobatch", [False, True])  # (True: the eager way's forward batches)
 @pytest.mark.parametrize("costs, settles_on_eager_way", [((1.2, 1.0), True), ((1.0, 1.2), False)])
 def test_a_repeated_structure_settles_on_the_tier_that_measured_faster(
-    monkeypatch, costs, settles_on_eager_way
+    monkeypatch, costs, settles_on_eager_way, autobatch
 ):
     clock = _Clock()
     monkeypatch.setattr(tier_choice, "clock", clock)
@@ -65,7 +66,7 @@ def test_a_repeated_structure_settles_on_the_tier_that_measured_faster(
     want = _eager_gradient(w, x)
     ways = []
     for _ in range(30):
-        grad, eager_way = _step(w, x, clock, costs, autobatch=False)
+        grad, eager_way = _step(w, x, clock, costs, autobatch=autobatch)
         ways.append(eager_way)
         np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-6)
     assert ways[:2] == [True, True]  # the first two sightings: nothing compiled yet
