@@ -19,6 +19,10 @@ interval. The interval is also at least what keeps the probes' extra cost (the s
 cost above the faster one's) under ``PROBE_SHARE`` of the time, as measured when both ways
 have run and after each lost probe: a way three times slower (the eager way beside a cached
 plan on a chain of small ops) is probed after 40 runs, not 8, 16 and 32.
+
+A way taken ``UNMEASURED`` times in a row without ever being measured (its runs all did work a
+warm run does not, say) is set aside for the measured one until the next probe, at intervals
+that double as after a lost probe: a way that cannot be timed is never taken for good.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ MARGIN = 0.9
 MAX_INTERVAL = 128
 WINDOW = 4
 PROBE_SHARE = 0.05
+UNMEASURED = 4
 
 clock = time.perf_counter
 
@@ -48,12 +53,14 @@ class Measured:
         "next_probe",
         "interval",
         "probing",
+        "untimed",
     )
 
     def __init__(self, first=False, patience=0, margin=MARGIN):
         self.runs_of = ([], [])  # the last WINDOW costs per op: usual way, alternative
         self.first, self.patience, self.margin = first, patience, margin
         self.runs, self.next_probe, self.interval, self.probing = 0, PROBE, PROBE, False
+        self.untimed = 0  # times the alternative was taken without being measured
 
     @property
     def usual(self):
@@ -77,7 +84,15 @@ class Measured:
         if not self.runs_of[self.first] or self.patience > 0:
             return self.first
         if not self.runs_of[not self.first]:
-            return not self.first
+            if self.untimed < UNMEASURED:
+                self.untimed += 1
+                return not self.first
+            self.runs += 1  # (never measured: the measured way, until the next probe)
+            if self.runs >= self.next_probe:
+                self.untimed = 0
+                self.interval = min(2 * self.interval, MAX_INTERVAL)
+                self.next_probe = self.runs + self.interval
+            return self.first
         self.runs += 1
         best = self.prefers_other()
         self.probing = self.runs >= self.next_probe
@@ -121,4 +136,13 @@ class Measured:
         return min(interval, MAX_INTERVAL)
 
 
-__all__ = ["Measured", "clock", "PROBE", "MARGIN", "MAX_INTERVAL", "WINDOW", "PROBE_SHARE"]
+__all__ = [
+    "Measured",
+    "clock",
+    "PROBE",
+    "MARGIN",
+    "MAX_INTERVAL",
+    "WINDOW",
+    "PROBE_SHARE",
+    "UNMEASURED",
+]

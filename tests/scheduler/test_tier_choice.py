@@ -147,6 +147,21 @@ def test_the_alternative_must_win_by_the_margin():
     assert choice.prefers_other()
 
 
+def test_a_way_never_measured_is_set_aside_and_tried_again_ever_less_often():
+    # (its runs all did work a warm run does not: taken for good, it would never be timed)
+    choice = Measured()
+    assert choice.choose() is False
+    choice.measured(False, 1.0)
+    taken = [choice.choose() for _ in range(200)]  # the alternative is never measured
+    tries = [run for run, way in enumerate(taken) if way]
+    assert tries[: measured_choice.UNMEASURED] == list(range(measured_choice.UNMEASURED))
+    gaps = np.diff(tries[measured_choice.UNMEASURED - 1 :: measured_choice.UNMEASURED])
+    assert all(later >= earlier for earlier, later in zip(gaps, gaps[1:]))  # ever rarer
+    assert len(tries) < 200 // 4
+    choice.measured(True, 0.5)  # once measured, it competes as usual
+    assert choice.prefers_other() and choice.choose() is True
+
+
 def test_patience_times_the_first_way_before_the_other():
     choice = Measured(patience=3)
     taken = []
