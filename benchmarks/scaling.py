@@ -118,17 +118,23 @@ def _variant(config, steps, vary):
     return index
 
 
-def _chain_numpy(config, data, vary=True):
+def _second_flip(flipped, n, own):
+    """The other add an ``own`` chain subtracts at (-1: none; see ``_chain_fluidtape``)."""
+    return (flipped + 3) % max(3, n - n % 3) if own else -1
+
+
+def _chain_numpy(config, data, vary=True, own=False):
     x, (p,) = data["x"], common.copies(data["params"])
     n, steps = config["n_ops"], [0]
 
     def step():
         flipped = _variant(config, steps, vary)
+        second = _second_flip(flipped, n, own)
         saved, h = [], x
         for i in range(n):
             kind = i % 3
             if kind == 0:
-                h = h - p if i == flipped else h + p
+                h = h - p if i == flipped or i == second else h + p
             elif kind == 1:
                 saved.append(h)
                 h = h * p
@@ -146,7 +152,7 @@ def _chain_numpy(config, data, vary=True):
                 before = saved.pop()
                 gp += g * before
                 g = g * p
-            elif i == flipped:
+            elif i == flipped or i == second:
                 gp -= g
             else:
                 gp += g
@@ -155,7 +161,10 @@ def _chain_numpy(config, data, vary=True):
     return step
 
 
-def _chain_fluidtape(config, data, vary=True):
+def _chain_fluidtape(config, data, vary=True, own=False):
+    """``own``: each step subtracts at two adds, not one: structures no other variant in the
+    process records (they share lazy mode's caches, and step k of each would otherwise be the
+    same structure: a second sighting, not a miss)."""
     tape, ops, _, _ = common.fluidtape(["tanh"])
     x = tape.Variable(data["x"])
     (p,) = (tape.Variable(a, requires_grad=True) for a in common.copies(data["params"]))
@@ -163,12 +172,13 @@ def _chain_fluidtape(config, data, vary=True):
 
     def step():
         flipped = _variant(config, steps, vary)
+        second = _second_flip(flipped, n, own)
         tape.reset_global_tape()
         h = x
         for i in range(n):
             kind = i % 3
             if kind == 0:
-                h = h - p if i == flipped else h + p
+                h = h - p if i == flipped or i == second else h + p
             else:
                 h = h * p if kind == 1 else ops.tanh(h)
         loss = h.sum()
@@ -254,11 +264,13 @@ def setup_fluidtape(config, data):
     return _trees_fluidtape(config, data)
 
 
-def _model_step(config, data, fresh):
-    """The model's step, recording on the global tape (in the caller's lazy block)."""
+def _model_step(config, data, fresh, own=False):
+    """The model's step, recording on the global tape (in the caller's lazy block); ``own``:
+    structures of its own (other trees; chains subtracting twice), not those every variant of
+    the process meets at its k-th step."""
     if config["model"] == "trees":
-        return _trees_fluidtape(config, data, fresh)
-    return _chain_fluidtape(config, data, vary=fresh)
+        return _trees_fluidtape(config, dict(data, seed=data["seed"] + 2) if own else data, fresh)
+    return _chain_fluidtape(config, data, vary=fresh, own=own)
 
 
 def setup_miss(config, data):
@@ -272,6 +284,7 @@ def setup_miss(config, data):
         warm = _model_step(dict(config, n_ops=config["n_ops"] - 3), data, fresh=True)
     else:
         warm = _model_step(config, dict(data, seed=data["seed"] + 1), fresh=True)
+    # (and the timed steps' structures are the miss variant's own: see _model_step)
     current = [warm]
 
     def miss_step():
@@ -280,7 +293,7 @@ def setup_miss(config, data):
 
     for _ in range(eager_speculation.STREAK):
         miss_step()
-    current[0] = _model_step(config, data, fresh=True)
+    current[0] = _model_step(config, data, fresh=True, own=True)
     return miss_step
 
 
@@ -318,6 +331,16 @@ def setup_hit(config, data):
         hit_step()
     return hit_step
 
+
+def setup_numpy_own(config, data):
+    """The floor of the miss variant's own structures (``_model_step``), for the tests."""
+    if config["model"] == "trees":
+        return _trees_numpy(config, dict(data, seed=data["seed"] + 2))
+    return _chain_numpy(config, data, own=True)
+
+
+# The floor each variant's results are checked against, where it is not "numpy".
+FLOORS = {"fluidtape-miss": setup_numpy_own}
 
 IMPLEMENTATIONS = {
     "numpy": setup_numpy,

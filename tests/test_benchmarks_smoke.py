@@ -48,7 +48,9 @@ def run_once(workload, impl, setups=None):
 @pytest.mark.parametrize("name, impl", CASES, ids=[f"{n}-{i}" for n, i in CASES])
 def test_implementation_matches_numpy_floor(name, impl):
     workload = MODULES[name]
-    expected_loss, expected_grads = run_once(workload, "numpy")
+    floor = getattr(workload, "FLOORS", {}).get(impl)  # (a variant computing other structures)
+    setups = None if floor is None else {**workload.IMPLEMENTATIONS, "numpy": floor}
+    expected_loss, expected_grads = run_once(workload, "numpy", setups)
     loss, grads = run_once(workload, impl)
     assert loss == pytest.approx(expected_loss, rel=1e-4, abs=1e-5)
     assert len(grads) == len(expected_grads) == len(workload.make_data(workload.TINY)["params"])
@@ -129,12 +131,14 @@ def test_tiny_sizes_give_no_verdict():
 )
 def test_scaling_tree_model_matches_numpy_floor(impl):
     """The tree RNN of the scaling workload (its TINY covers the chain): every variant computes
-    the numpy floor's loss and gradients on the same first batch of random trees."""
+    the numpy floor's loss and gradients on the same first batch of random trees (the miss
+    variant on trees of its own, against its floor)."""
     workload = MODULES["scaling"]
     config = workload.TINY_TREES
+    floor = workload.FLOORS.get(impl, workload.IMPLEMENTATIONS["numpy"])
     results = []
-    for name in ("numpy", impl):
-        loss, grads = workload.IMPLEMENTATIONS[name](config, workload.make_data(config))()
+    for setup in (floor, workload.IMPLEMENTATIONS[impl]):
+        loss, grads = setup(config, workload.make_data(config))()
         results.append((float(to_numpy(loss)), [to_numpy(g) for g in grads]))
     (want_loss, want), (loss, got) = results
     assert loss == pytest.approx(want_loss, rel=1e-5)
