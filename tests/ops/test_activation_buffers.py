@@ -1,6 +1,6 @@
-"""sigmoid, sigmoid_grad and tanh_grad compute in one buffer the very ufuncs of their formulas
-(fresh temporaries of large arrays cost page faults): bit for bit the plain expressions, for
-0-d, broadcast and non-contiguous inputs, float32 and float64."""
+"""sigmoid, sigmoid_grad, tanh_grad and relu_grad compute in one buffer the very ufuncs of their
+formulas (fresh temporaries of large arrays cost page faults): bit for bit the plain
+expressions, for 0-d, broadcast and non-contiguous inputs, float32 and float64."""
 
 import math
 
@@ -41,6 +41,12 @@ def test_kernels_equal_their_formulas_bit_for_bit(dtype, out_shape, gout_shape):
     np.testing.assert_array_equal(
         REGISTRY["sigmoid_grad"].kernel(np, {}, out, gout), gout * out * (1.0 - out)
     )
+    out = np.asarray(np.maximum(x, 0))
+    if out.ndim:
+        out[..., :1] = np.nan  # (a NaN output passes its gradient, as in PyTorch)
+    np.testing.assert_array_equal(
+        REGISTRY["relu_grad"].kernel(np, {}, out, gout), gout * ~(out <= 0)
+    )
 
 
 def test_a_non_contiguous_input_is_read_not_written():
@@ -50,5 +56,6 @@ def test_a_non_contiguous_input_is_read_not_written():
     gout = np.ones_like(x)
     REGISTRY["tanh_grad"].kernel(np, {}, x, gout)
     REGISTRY["sigmoid_grad"].kernel(np, {}, x, gout)
+    REGISTRY["relu_grad"].kernel(np, {}, x, gout)
     np.testing.assert_array_equal(x, before)
     np.testing.assert_array_equal(gout, np.ones_like(x))
