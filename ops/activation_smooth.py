@@ -65,7 +65,12 @@ def _softplus_array(xp, x):
 @register("silu", **_UNARY)
 def silu(xp, attrs, x):
     """Out = X * sigmoid(X) (swish).  dX = dOut * s (1 + X (1 - s)), s = sigmoid(X)."""
-    return x * _sigmoid_array(xp, x)
+    return _times(xp, x, _sigmoid_array(xp, x))
+
+
+def _times(xp, x, s):
+    """``x * s`` into ``s``, a temporary of the kernel's own (see ``ops.activation._sigmoid``)."""
+    return xp.multiply(x, s, out=s) if s.shape and s.shape == x.shape else x * s
 
 
 @silu.gradient
@@ -79,7 +84,7 @@ def quick_gelu(xp, attrs, x):
 
     dX = dOut * (s + 1.702 X s (1 - s)), s = sigmoid(1.702 X) ('silu_grad' with beta = 1.702).
     """
-    return x * _sigmoid_array(xp, x * _QUICK_GELU_BETA)
+    return _times(xp, x, _sigmoid_array(xp, x * _QUICK_GELU_BETA))
 
 
 @quick_gelu.gradient
@@ -99,7 +104,13 @@ def silu_grad(xp, attrs, x, gout):
     beta = attrs["beta"]
     bx = x * beta if beta != 1.0 else x
     s = _sigmoid_array(xp, bx)
-    return gout * (s * (1.0 + bx * (1.0 - s)))
+    if not s.shape or gout.shape != s.shape:
+        return gout * (s * (1.0 + bx * (1.0 - s)))
+    t = xp.subtract(1.0, s)  # (the formula's ufuncs in order, in one buffer)
+    xp.multiply(bx, t, out=t)
+    xp.add(1.0, t, out=t)
+    xp.multiply(s, t, out=t)
+    return xp.multiply(gout, t, out=t)
 
 
 @silu_grad.gradient

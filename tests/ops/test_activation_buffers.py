@@ -1,6 +1,7 @@
-"""sigmoid, sigmoid_grad, tanh_grad and relu_grad compute in one buffer the very ufuncs of their
-formulas (fresh temporaries of large arrays cost page faults): bit for bit the plain
-expressions, for 0-d, broadcast and non-contiguous inputs, float32 and float64."""
+"""sigmoid, sigmoid_grad, tanh_grad, relu_grad, silu, quick_gelu and silu_grad compute in one
+buffer the very ufuncs of their formulas (fresh temporaries of large arrays cost page faults):
+bit for bit the plain expressions, for 0-d, broadcast and non-contiguous inputs, float32 and
+float64."""
 
 import math
 
@@ -47,6 +48,16 @@ def test_kernels_equal_their_formulas_bit_for_bit(dtype, out_shape, gout_shape):
     np.testing.assert_array_equal(
         REGISTRY["relu_grad"].kernel(np, {}, out, gout), gout * ~(out <= 0)
     )
+    np.testing.assert_array_equal(REGISTRY["silu"].kernel(np, {}, x), x * _sigmoid(x))
+    np.testing.assert_array_equal(REGISTRY["quick_gelu"].kernel(np, {}, x), x * _sigmoid(x * 1.702))
+    if gout.shape == x.shape:  # (silu_grad takes X and Out@GRAD of one shape)
+        for beta in (1.0, 1.702):
+            bx = x * beta if beta != 1.0 else x
+            s = _sigmoid(bx)
+            np.testing.assert_array_equal(
+                REGISTRY["silu_grad"].kernel(np, {"beta": beta}, x, gout),
+                gout * (s * (1.0 + bx * (1.0 - s))),
+            )
 
 
 def test_a_non_contiguous_input_is_read_not_written():
