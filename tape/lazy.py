@@ -236,7 +236,8 @@ def run_before_backward(tape, loss):
     if batching is not None and tape._pending_ops and loss._pending in (None, tape):
         try:
             with tape._run_lock, collector.paused():
-                tier_choice.cold()
+                # (not cold work: a new structure's step is cold already, and a known one's
+                # eager way is a tier measured as it runs, tier_choice.warm_eager_way)
                 tape._eager_way = None
                 started, count = autobatch_choice.clock(), len(tape._pending_ops)
                 tape._with_backward = True  # (the forward keeps what the backward reads)

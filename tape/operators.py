@@ -94,11 +94,6 @@ def _astype(self, dtype):
     return REGISTRY["cast"](self, out_dtype=dtype)
 
 
-def _setitem(self, index, value):
-    """``x[index] = value``: an out-of-place 'index_put' that rebinds ``x`` (tape.indexing)."""
-    setitem(self, index, value)
-
-
 def _tensor_methods():
     """The movement, indexing and creation methods with PyTorch's signatures (x.flip(0), ...)."""
     from ops.tensor_methods import METHODS
@@ -144,8 +139,8 @@ def install():
         "__neg__": _unary("neg"),
         "__abs__": _unary("abs"),
         "__invert__": _unary("bitwise_not"),
-        "__getitem__": getitem,  # (itself: a frame fewer per index)
-        "__setitem__": _setitem,
+        "__getitem__": getitem,  # (tape.indexing's own: a frame fewer per index)
+        "__setitem__": setitem,  # (an out-of-place 'index_put' that rebinds the Variable)
         "sum": _sum,
         "mean": _mean,
         "max": _max,

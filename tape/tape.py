@@ -490,16 +490,16 @@ def apply(defn, args, attrs):
 def apply_inferred(defn, args, attrs, descs):
     """``apply`` where the caller knows the outputs' descriptions ``descs``, having recorded
     the same op with the same attributes on inputs of the same shapes and dtypes before
-    (``tape.indexing``'s remembered indices): no inference. Observers, and ``tape.track_memory``
-    wrapping ``record``, get the usual call."""
-    if state.trusted and defn.fast and _HOOK is None and record is _RECORD:
+    (``tape.indexing``'s remembered indices): no inference. ``tape.track_memory``'s wrapper of
+    ``record`` takes no descriptions: it gets ``apply``'s call (an observer, ``record``'s)."""
+    if record is not _RECORD:
+        return apply(defn, args, attrs)
+    if state.trusted and defn.fast and _HOOK is None:
         return run_trusted(defn, args, attrs)
     tape = state.tape
     if tape is None:
         tape = get_global_tape()
-    if _HOOK is not None or record is not _RECORD:
-        return record(tape, defn, args, attrs, None, False, 4)
-    return _RECORD(tape, defn, args, attrs, None, False, 4, descs)
+    return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
 def dispatch(defn, inputs, attrs):

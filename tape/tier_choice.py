@@ -15,11 +15,11 @@ eager way as the alternative, taken where it costs at most ``MARGIN`` of the pla
 Steps are told apart by the lazy backwards of the global tape: a step is the time from one such
 backward to the next, when both have the same ``sketch`` (a structure's cheap stand-in) and
 nothing in between did work that a warm step does not do (``cold``: a plan compiled, a run
-interpreted, a backward learnt or a structure met for the first time). The eager way of a
-structure already known is warm whatever its forward's run does (``warm_eager_way``): it is that
-tier's steady state, autobatched or interpreted as the options say, and a tier never measured
-would be taken again and again. So a step's time includes
-its recording, both tiers' runs and the optimizer's update, and measures what the user waits for.
+interpreted, a backward learnt or a structure met for the first time). So a step's time
+includes its recording, both tiers' runs and the optimizer's update, and measures what the user
+waits for. The eager way of a structure already known is warm whatever its forward's run does
+(``warm_eager_way``): it is that tier's steady state, autobatched or interpreted as the options
+say, and a tier never measured would be taken again and again.
 A structure whose sketch was never seen always runs the eager way: nothing of it is cached yet.
 
 The tiers agree within the rounding of the plan's rewrites (which reorder sums), so a choice
