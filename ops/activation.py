@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ops import buffers
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
@@ -34,6 +35,8 @@ from tape.tape import apply
 def relu(xp, attrs, x):
     """Out = max(X, 0) (NaN stays NaN).  dX = dOut where not Out <= 0 (so a NaN input passes
     dOut, as in PyTorch), else 0."""
+    if x.nbytes >= buffers.MIN_BYTES and x.dtype.kind == "f":  # (a reused buffer: no page faults)
+        return xp.maximum(x, 0, out=buffers.like(x))
     return xp.maximum(x, 0)
 
 
@@ -53,9 +56,12 @@ def relu_grad(xp, attrs, out, gout):
     """
     out, gout = promote(out, gout)
     keep = out <= 0
-    if keep.shape:  # (the mask inverted in its own buffer: one temporary fewer, see _sigmoid)
-        return gout * xp.invert(keep, out=keep)
-    return gout * ~keep
+    if not keep.shape:
+        return gout * ~keep
+    mask = xp.invert(keep, out=keep)  # (in its own buffer: one temporary fewer, see _sigmoid)
+    if gout.shape == out.shape and gout.nbytes >= buffers.MIN_BYTES:
+        return xp.multiply(gout, mask, out=buffers.like(gout))  # (no page faults)
+    return gout * mask
 
 
 @relu_grad.gradient
@@ -67,6 +73,8 @@ def _(g):
 @register("tanh", inputs=("X",), infer=_float_same, elementwise=True, no_need_buffer=("X",))
 def tanh(xp, attrs, x):
     """Out = tanh(X).  dX = dOut * (1 - Out^2), one 'tanh_grad' op."""
+    if x.nbytes >= buffers.MIN_BYTES and x.dtype.kind == "f":  # (a reused buffer: no page faults)
+        return xp.tanh(x, out=buffers.like(x))
     return xp.tanh(x)
 
 
@@ -82,7 +90,10 @@ def tanh_grad(xp, attrs, out, gout):
     d(Out) = -2 * dX@GRAD * Out@GRAD * Out;  d(Out@GRAD) = tanh_grad(Out, dX@GRAD).
     """
     out, gout = promote(out, gout)
-    square = out * out
+    if out.nbytes >= buffers.MIN_BYTES and gout.shape == out.shape:  # (no page faults)
+        square = xp.multiply(out, out, out=buffers.like(out))
+    else:
+        square = out * out
     if not square.shape or gout.shape != square.shape:
         return gout * (1.0 - square)
     xp.subtract(1.0, square, out=square)  # (the expression's ufuncs, one buffer: see _sigmoid)
@@ -110,7 +121,7 @@ def _sigmoid(xp, x):
     limit = _EXP_LIMITS.get(x.dtype)
     if limit is None:
         limit = _EXP_LIMITS[x.dtype] = math.floor(math.log(float(np.finfo(x.dtype).max)))
-    t = xp.negative(x)
+    t = xp.negative(x, out=buffers.like(x)) if x.nbytes >= buffers.MIN_BYTES else xp.negative(x)
     if not t.shape:  # (a 0-d result may be a numpy scalar: no buffer to write into)
         return 1.0 / (1.0 + xp.exp(xp.minimum(t, limit)))
     # The same ufuncs on the same operands as the expression, into one buffer: each fresh
@@ -139,6 +150,10 @@ def sigmoid_grad(xp, attrs, out, gout):
     d(Out) = dX@GRAD * Out@GRAD * (1 - 2 Out);  d(Out@GRAD) = sigmoid_grad(Out, dX@GRAD).
     """
     out, gout = promote(out, gout)
+    if out.nbytes >= buffers.MIN_BYTES and gout.shape == out.shape:  # (no page faults)
+        scaled = xp.multiply(gout, out, out=buffers.like(out))
+        rest = xp.subtract(1.0, out, out=buffers.like(out))
+        return xp.multiply(scaled, rest, out=scaled)
     scaled = gout * out
     if not scaled.shape:
         return scaled * (1.0 - out)

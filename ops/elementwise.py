@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops import buffers
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.infer import align_y, broadcast_shapes, result_dtype
 from ops.reduce import sum_to
@@ -82,7 +83,10 @@ _FACTS = dict(
 @register("elementwise_add", no_need_buffer=("X", "Y"), **_FACTS)
 def elementwise_add(xp, attrs, x, y):
     """Out = X + Y.  dX = dOut, dY = dOut (each summed back to its input's shape)."""
-    return x + (y if attrs["axis"] == -1 else aligned(x, y, attrs))
+    y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
+    if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
+        return xp.add(x, y, out=out)  # (a reused buffer: no page faults)
+    return x + y
 
 
 @elementwise_add.gradient
@@ -97,7 +101,10 @@ def _(g):
 @register("elementwise_sub", no_need_buffer=("X", "Y"), **_FACTS)
 def elementwise_sub(xp, attrs, x, y):
     """Out = X - Y.  dX = dOut, dY = -dOut."""
-    return x - (y if attrs["axis"] == -1 else aligned(x, y, attrs))
+    y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
+    if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
+        return xp.subtract(x, y, out=out)  # (a reused buffer: no page faults)
+    return x - y
 
 
 @elementwise_sub.gradient
@@ -114,7 +121,10 @@ def _(g):
 @register("elementwise_mul", **_FACTS)
 def elementwise_mul(xp, attrs, x, y):
     """Out = X * Y.  dX = dOut * Y, dY = dOut * X."""
-    return x * (y if attrs["axis"] == -1 else aligned(x, y, attrs))
+    y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
+    if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
+        return xp.multiply(x, y, out=out)  # (a reused buffer: no page faults)
+    return x * y
 
 
 @elementwise_mul.gradient

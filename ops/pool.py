@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ops import buffers
 from ops.conv import WORDS
 from ops.conv_kernels import SPATIAL, axis_pads
 from ops.registry import Attr, register
@@ -142,7 +143,8 @@ class Geometry:
         extent = self.padded_extent()
         if not any(lo for lo, _ in self.pads) and extent == tuple(x.shape[2:]):
             return x
-        out = xp.full(x.shape[:2] + extent, value, dtype=x.dtype)
+        out = buffers.empty(xp, x.shape[:2] + extent, x.dtype)
+        out.fill(value)
         out[(..., *self._inner())] = x
         return out
 
@@ -249,7 +251,7 @@ def window_max(xp, geom, padded):
     second = next(parts, None)
     if second is None:
         return first.copy()
-    out = xp.maximum(first, second)
+    out = xp.maximum(first, second, out=buffers.empty(xp, first.shape, first.dtype))
     for part in parts:
         xp.maximum(out, part, out=out)
     return out

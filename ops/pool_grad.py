@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops import buffers
 from ops.conv import like
 from ops.conv_kernels import SPATIAL
 from ops.pool import (
@@ -66,7 +67,7 @@ def first_max_masks(xp, geom, x, maxima=None):
     if maxima is None:
         maxima = window_max(xp, geom, padded)
     has_nan = x.dtype.kind == "f" and bool(xp.isnan(maxima).any())
-    hit, taken = xp.empty(maxima.shape, dtype=bool), None
+    hit, taken = buffers.empty(xp, maxima.shape, bool), None
     padding = geom.reaches_padding()
     last = geom.window_size() - 1
     for index, (offset, window) in enumerate(geom.offsets()):
@@ -113,9 +114,9 @@ def _route_to_maxima(xp, geom, x, gout, maxima):
     bits = xp.dtype(f"int{8 * gout.dtype.itemsize}")
     disjoint, covered = _layout(geom)
     shape = x.shape[:2] + geom.padded_extent()
-    gx = (xp.empty if covered else xp.zeros)(shape, dtype=gout.dtype)
-    gout_bits, select = gout.view(bits), xp.empty(gout.shape, dtype=xp.int8)
-    mask = None if disjoint else xp.empty(gout.shape, dtype=bits)
+    gx = (buffers.empty if covered else buffers.zeros)(xp, shape, gout.dtype)
+    gout_bits, select = gout.view(bits), buffers.empty(xp, gout.shape, xp.int8)
+    mask = None if disjoint else buffers.empty(xp, gout.shape, bits)
     for _, window, hit in first_max_masks(xp, geom, x, maxima):
         # True -> int8 -1, which the AND sign-extends to all ones at gout's width: a one-byte
         # pass instead of writing and negating a mask as wide as gout.
@@ -166,7 +167,7 @@ def _pool_grad_kernel(xp, attrs, x, gout, out=None):
     gout = gout.astype(values_dtype(x, gout, out), copy=False)
     if attrs["pooling_type"] == "max":
         return _route_to_maxima(xp, geom, x, gout, out)
-    padded = xp.zeros(x.shape[:2] + geom.padded_extent(), dtype=gout.dtype)
+    padded = buffers.zeros(xp, x.shape[:2] + geom.padded_extent(), gout.dtype)
     share = gout / geom.divisor(xp, attrs["exclusive"], gout.dtype)
     for _, window in geom.offsets():
         padded[(..., *window)] += share
