@@ -4,4 +4,5 @@ import sys
 
 from benchmarks.run import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (not when a worker process imports it: benchmarks.isolated)
+    sys.exit(main())

@@ -1,10 +1,12 @@
-"""Timing: every implementation of a workload measured in one process, round-robin, after warm-up.
+"""Timing: the implementations of a workload measured round-robin, after warm-up.
 
 Two traps measured on these machines shape the loop. An idle BLAS/OpenMP thread pool keeps
 spinning for ~0.1 s after its library's last call and halves the speed of whatever runs next, so
 each timed block is preceded by a pause and an untimed settle step of the same implementation.
-Fresh buffers page-fault (the allocator hands large freed blocks back to the kernel), which swings
-fresh-process timings by 30-40%, so everything runs in one long-lived process after a warm-up.
+A fresh process's first steps page-fault in every buffer, so each implementation warms up before
+its first timed block. Where they run: ``measure`` times them all in this process,
+``benchmarks.isolated`` each in its own (the default of ``python -m benchmarks``: in a shared
+heap, one implementation's memory changes the allocator's page faults for the others).
 """
 
 from __future__ import annotations
@@ -92,18 +94,31 @@ def timed_block(step, count, pause):
 
 
 def measure(steps, options):
-    """Round-robin over ``steps`` ({name: step}): A, B, C, A, B, C, ... ``options.reps`` times."""
+    """Round-robin over ``steps`` ({name: step}) in this process: A, B, C, A, B, C, ...
+    ``options.reps`` times."""
+    return round_robin(
+        list(steps),
+        lambda name, seconds: warm_up(steps[name], seconds),
+        lambda name, count, pause: timed_block(steps[name], count, pause),
+        options,
+    )
+
+
+def round_robin(names, warm, block, options):
+    """Measurements of ``names`` timed in turn: ``warm(name, seconds)`` warms one up and returns
+    its time per step, ``block(name, count, pause)`` is ``timed_block`` of it (wherever it
+    runs: this process or its own, ``benchmarks.isolated``)."""
     counts = {}
-    for name, step in steps.items():
-        estimate = warm_up(step, options.warmup)
+    for name in names:
+        estimate = warm(name, options.warmup)
         counts[name] = max(1, round(options.block / max(estimate, 1e-9)))
-    times = {name: [] for name in steps}
-    spans = {name: [] for name in steps}
+    times = {name: [] for name in names}
+    spans = {name: [] for name in names}
     deadline = time.perf_counter() + options.wait_idle
     for _ in range(options.reps):
-        for name, step in steps.items():
+        for name in names:
             while True:
-                per_step, span = timed_block(step, counts[name], options.pause)
+                per_step, span = block(name, counts[name], options.pause)
                 load = others_load([span])
                 # A block other processes disturbed is redone once they are idle, while the
                 # workload's waiting budget lasts.
@@ -113,7 +128,7 @@ def measure(steps, options):
             times[name].append(per_step)
             spans[name].append(span)
     return [
-        Measurement(name, times[name], counts[name], others_load(spans[name])) for name in steps
+        Measurement(name, times[name], counts[name], others_load(spans[name])) for name in names
     ]
 
 

@@ -2,8 +2,9 @@
 
 Each workload is a module (``benchmarks/<name>.py``) with ``IMPLEMENTATIONS``, a dict of
 name -> ``setup(config, data)`` returning a step callable; adding an implementation (say
-"fluidtape lazy") is one entry there. All implementations of a workload run in this one process,
-round-robin, after warm-up (see ``benchmarks.harness`` for why).
+"fluidtape lazy") is one entry there. The implementations of a workload are timed round-robin
+after warm-up, each in a worker process of its own (``benchmarks.isolated`` says why;
+``--shared-process`` times them all in this one, as ``--profile`` does).
 
     python -m benchmarks --only overhead,mlp --reps 5
     python -m benchmarks --only lstm --impls fluidtape,torch
@@ -71,6 +72,11 @@ def parse_args(argv):
     )
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument(
+        "--shared-process",
+        action="store_true",
+        help="time every implementation in this one process (default: each in its own)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="IMPL",
         help="instead of timing, cProfile IMPL on each workload and print it",
@@ -84,22 +90,31 @@ def load(name):
     return importlib.import_module(f"benchmarks.{name}")
 
 
-def build(workload, config, wanted, lazy=False):
-    """{name: step} for the implementations that can run, and notes on those that cannot;
-    ``lazy`` adds fluidtape's lazy-mode variant after fluidtape."""
+def setups(workload, config, wanted, lazy=False):
+    """{name: setup} of the implementations to time: those ``wanted`` (None: all) that the
+    config does not skip; ``lazy`` adds fluidtape's lazy-mode variant after fluidtape."""
     from benchmarks.bench_lazy import lazy_variant
+
+    found = {}
+    for name, setup in workload.IMPLEMENTATIONS.items():
+        found[name] = setup
+        if lazy and name == "fluidtape":
+            found["fluidtape-lazy"] = lazy_variant(setup)
+    return {
+        name: setup
+        for name, setup in found.items()
+        if (wanted is None or name in wanted) and name not in config.get("skip", ())
+    }
+
+
+def build(workload, config, wanted, lazy=False):
+    """{name: step} for the implementations that can run, and notes on those that cannot
+    (``setups`` says which)."""
     from benchmarks.common import Unavailable
 
     data = workload.make_data(config)
     steps, notes = {}, []
-    setups = {}
-    for name, setup in workload.IMPLEMENTATIONS.items():
-        setups[name] = setup
-        if lazy and name == "fluidtape":
-            setups["fluidtape-lazy"] = lazy_variant(setup)
-    for name, setup in setups.items():
-        if (wanted is not None and name not in wanted) or name in config.get("skip", ()):
-            continue
+    for name, setup in setups(workload, config, wanted, lazy).items():
         try:
             steps[name] = setup(config, data)
         except Unavailable as why:
@@ -134,7 +149,7 @@ def main(argv=None):
     from benchmarks import harness  # imports nothing heavy; numpy comes after the thread setup
 
     harness.set_threads(args.threads)
-    from benchmarks import report
+    from benchmarks import isolated, report
 
     options = harness.Options(args.reps, args.block, args.warmup, args.pause, args.wait_idle)
     wanted = set(args.impls.split(",")) if args.impls else None
@@ -142,8 +157,10 @@ def main(argv=None):
     for name in args.only.split(","):
         workload = load(name.strip())
         for label, config in configurations(workload, args.tiny):
-            steps, skipped = build(workload, config, wanted, args.lazy)
-            notes += skipped
+            reps = dataclasses.replace(options, reps=min(options.reps, config.get("reps", 99)))
+            if args.profile or args.shared_process:
+                steps, skipped = build(workload, config, wanted, args.lazy)
+                notes += skipped
             if args.wait_idle > 0:
                 harness.wait_until_idle(args.wait_idle)
             if args.profile:
@@ -151,8 +168,14 @@ def main(argv=None):
                     _profile(workload, args.profile, steps[args.profile], args)
                 continue
             print(f"measuring {label}: {workload.TITLE} ...", file=sys.stderr, flush=True)
-            reps = dataclasses.replace(options, reps=min(options.reps, config.get("reps", 99)))
-            measured = harness.measure(steps, reps)
+            if args.shared_process:
+                measured = harness.measure(steps, reps)
+            else:
+                names = list(setups(workload, config, wanted, args.lazy))
+                measured, skipped = isolated.measure(
+                    name.strip(), config, names, args.lazy, reps, args.threads
+                )
+                notes += skipped
             table += report.rows(workload, config, measured, args.tiny, label)
     if not args.profile:
         print(report.environment(args.threads))

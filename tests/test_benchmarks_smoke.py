@@ -126,6 +126,27 @@ def test_tiny_sizes_give_no_verdict():
     assert "(tiny: no verdict)" in text and "met" not in text and "MISSED" not in text
 
 
+def test_isolated_workers_time_each_implementation_in_a_process_of_its_own():
+    from benchmarks import isolated
+
+    options = harness.Options(reps=2, block=0.01, warmup=0.01, pause=0.0)
+    measured, notes = isolated.measure(
+        "mlp", MODULES["mlp"].TINY, ["numpy", "fluidtape-lazy"], True, options, threads=1
+    )
+    assert notes == []
+    assert [m.name for m in measured] == ["numpy", "fluidtape-lazy"]
+    assert all(len(m.times) == 2 and min(m.times) > 0 for m in measured)
+
+
+def test_an_isolated_worker_that_fails_names_its_implementation():
+    from benchmarks import isolated
+
+    options = harness.Options(reps=1, block=0.01, warmup=0.01, pause=0.0)
+    broken = dict(MODULES["mlp"].TINY, sizes=(3, 4))  # (make_data cannot build it)
+    with pytest.raises(RuntimeError, match="'numpy' failed"):
+        isolated.measure("mlp", broken, ["numpy"], False, options, threads=1)
+
+
 @pytest.mark.parametrize(
     "impl", ["fluidtape", "fluidtape-miss", "fluidtape-compile", "fluidtape-hit"]
 )
