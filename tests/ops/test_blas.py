@@ -33,6 +33,38 @@ def test_single_threaded_leaves_the_process_setting_alone():
     assert blas.get_num_threads() == before
 
 
+def _local_count():
+    """The per-thread BLAS count the calling thread sees (read by setting and restoring it)."""
+    local = blas._probe()[2]
+    count = local(0)
+    local(count)
+    return count
+
+
+@pytest.mark.skipif(blas._probe()[2] is None, reason="no per-thread BLAS setting here")
+def test_overlapping_single_threaded_blocks_of_two_threads_restore_the_count():
+    """A pool worker that leaves its block after the calling thread left its own must not leave
+    the calling thread on one BLAS thread (numpy 2.4's OpenBLAS shares the "local" setting
+    between threads: every later product of the process ran on one thread)."""
+    import threading
+
+    before = _local_count()
+    entered, release = threading.Event(), threading.Event()
+
+    def worker():
+        with blas.single_threaded():
+            entered.set()
+            release.wait(5)
+
+    thread = threading.Thread(target=worker)
+    with blas.single_threaded():  # the calling thread enters first
+        thread.start()
+        entered.wait(5)
+    release.set()  # ... leaves first, and the worker after it
+    thread.join()
+    assert _local_count() == before
+
+
 @pytest.mark.parametrize("m, k, n", [(3, 5, 7), (16, 64, 512), (200, 300, 100)])
 def test_product_equals_numpy_for_plain_and_transposed_weights(m, k, n):
     rng = np.random.default_rng(0)
