@@ -20,9 +20,10 @@ The pool is a candidate when ``threaded < MARGIN * sequential``: only where the 
 wins clearly. So a chain of any size runs in order (its critical path is all its work), as does
 any tape of small ops (the hand-off dominates), while 8 independent branches of 64x192 @ 192x192
 products are a candidate. A candidate plan's first runs are timed both ways (``TRIALS`` each,
-interleaved) and the faster median is kept, the trials repeated every ``RETRY`` runs: on a
-shared machine whose other processes keep the cores busy the pool loses, and then the plan runs
-in order. The constants were measured on the 2-core machine this was written on (numpy
+after ``SETTLE`` runs in order; ``Choice`` says in which order) and the pool kept only where
+its fastest run is below ``TRIAL_MARGIN`` times the fastest in order (noise only ever adds
+time), the trials repeated every ``RETRY`` runs: on a shared machine whose other processes keep
+the cores busy the pool loses, and then the plan runs in order. The constants were measured on the 2-core machine this was written on (numpy
 with OpenBLAS, float32): a 64x192 @ 192x192 product ~60 us on one thread, ``tanh`` ~1.5 ns per
 element, ~2 us of Python per instruction in order and ~3 us more per instruction on the pool.
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 
 MAC_SECONDS = 2.5e-11
 ELEMENT_SECONDS = 1.0e-9
@@ -44,6 +44,12 @@ START_SECONDS = 1e-4
 BLAS_SPEEDUP = 1.6
 MARGIN = 0.8
 TRIALS = 3
+# Runs in order before the trials (after each RETRY too): a plan's first runs pay for faulting in
+# its buffers.
+SETTLE = 4
+# The pool must win its trials by this much: three runs each are noisy (+-10% here), and a
+# close call taken for the pool measured slower than in order in the run after it.
+TRIAL_MARGIN = 0.9
 RETRY = 500
 PRODUCTS = frozenset({"matmul", "mul"})
 
@@ -89,8 +95,14 @@ def estimate(plan, workers):
 
 class Choice:
     """``threads="auto"``'s state for one plan: the model's verdict and, where it nominates the
-    pool, timed trials of both ways (``TRIALS`` runs each, interleaved) that decide; the trials
-    are repeated every ``RETRY`` runs, since the load of a shared machine changes."""
+    pool, timed trials of both ways that decide; the trials are repeated every ``RETRY`` runs,
+    since the load of a shared machine changes.
+
+    After ``SETTLE`` runs in order come ``TRIALS`` timed runs in order, one untimed run on the
+    pool, then ``TRIALS`` timed runs on the pool. Not interleaved: a run in order leaves the
+    BLAS threads of its products spinning for ~0.1 s, and a pool run right after one competed
+    with them for the 2 cores (interleaved trials measured the pool 1.4x slower than in order
+    on a graph where it then ran 1.3x faster)."""
 
     __slots__ = ("workers", "candidate", "times", "chosen", "runs")
 
@@ -108,9 +120,15 @@ class Choice:
         if self.runs > RETRY:
             self.runs = 1
             self.times = {0: [], self.workers: []}
-        sequential, threaded = self.times[0], self.times[self.workers]
-        if len(threaded) < TRIALS:
-            return (0 if len(sequential) <= len(threaded) else self.workers), True
+        trial = self.runs - SETTLE  # (a plan's first runs fault in its buffers: not timed)
+        if trial <= 0:
+            return 0, False
+        if trial <= TRIALS:
+            return 0, True
+        if trial == TRIALS + 1:
+            return self.workers, False  # (the pool's settling run, see the class docstring)
+        if trial <= 2 * TRIALS + 1:
+            return self.workers, True
         return self.chosen, False
 
     def record(self, workers, seconds):
@@ -118,7 +136,7 @@ class Choice:
         times.append(seconds)
         sequential, threaded = self.times[0], self.times[self.workers]
         if len(sequential) == len(threaded) == TRIALS:
-            faster = statistics.median(threaded) < statistics.median(sequential)
+            faster = min(threaded) < TRIAL_MARGIN * min(sequential)
             self.chosen = self.workers if faster else 0
 
 

@@ -211,15 +211,32 @@ def test_a_nominated_plan_keeps_the_faster_way_its_trials_measured():
     choice = parallel.Choice(2, candidate=True)
     order = []
     for seconds in {0: 0.010, 2: 0.006}, {0: 0.010, 2: 0.015}:
-        choice.runs = parallel.RETRY  # the next run starts fresh trials
-        for _ in range(2 * parallel.TRIALS):
+        choice.runs = parallel.RETRY  # the next run starts afresh: settling runs, then trials
+        for _ in range(parallel.SETTLE):
+            assert choice.next() == (0, False)
+        for _ in range(2 * parallel.TRIALS + 1):
             workers, trial = choice.next()
-            assert trial
-            order.append(workers)
-            choice.record(workers, seconds[workers])
+            order.append((workers, trial))
+            if trial:
+                choice.record(workers, seconds[workers])
         faster = min(seconds, key=seconds.get)
         assert choice.next() == (faster, False)
-    assert order[: 2 * parallel.TRIALS] == [0, 2] * parallel.TRIALS  # interleaved
+    # In order first, then the pool after an untimed run of its own (not interleaved: a run in
+    # order leaves its BLAS threads spinning into the next run).
+    trials = parallel.TRIALS
+    assert order[: 2 * trials + 1] == [(0, True)] * trials + [(2, False)] + [(2, True)] * trials
+
+
+def test_the_pool_must_win_its_trials_clearly():
+    choice = parallel.Choice(2, candidate=True)
+    in_order = 0.010
+    for _ in range(parallel.SETTLE):
+        choice.next()
+    for _ in range(2 * parallel.TRIALS + 1):
+        workers, trial = choice.next()
+        if trial:
+            choice.record(workers, in_order if workers == 0 else 0.96 * in_order)
+    assert choice.next() == (0, False)  # 4% faster: within the trials' noise, kept in order
 
 
 def test_threads_must_be_a_count_or_auto_which_is_the_default():
