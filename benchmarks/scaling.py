@@ -392,7 +392,7 @@ def main(argv=None):
     parser.add_argument("--wait-idle", type=float, default=0.0)
     parser.add_argument("--plot", default=None, metavar="PNG")
     args = parser.parse_args(argv)
-    from benchmarks import harness, report
+    from benchmarks import harness, isolated, report
 
     harness.set_threads(args.threads)
     wanted = set(args.impls.split(",")) if args.impls else None
@@ -400,16 +400,15 @@ def main(argv=None):
     for label, config in CONFIGS:
         if label not in args.only.split(","):
             continue
-        data = make_data(config)
-        steps = {
-            name: setup(config, data)
-            for name, setup in IMPLEMENTATIONS.items()
+        names = [
+            name
+            for name in IMPLEMENTATIONS
             if (wanted is None or name in wanted or name == "fluidtape")
             and name not in config.get("skip", ())
-        }
+        ]
         options = harness.Options(reps=args.reps or config.get("reps", 9), wait_idle=args.wait_idle)
         print(f"measuring scaling {label} ...", file=sys.stderr, flush=True)
-        measured = harness.measure(steps, options)
+        measured, _ = isolated.measure(NAME, config, names, False, options, args.threads)
         results[label] = {m.name: m.median * scale(config) for m in measured}
         table += report.rows(sys.modules[__name__], config, measured, name=f"{NAME} {label}")
     print(report.format_table(table, markdown=True))
