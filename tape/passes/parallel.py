@@ -23,9 +23,10 @@ products are a candidate. A candidate plan's first runs are timed both ways (``T
 after ``SETTLE`` runs in order; ``Choice`` says in which order) and the pool kept only where
 its fastest run is below ``TRIAL_MARGIN`` times the fastest in order (noise only ever adds
 time), the trials repeated every ``RETRY`` runs: on a shared machine whose other processes keep
-the cores busy the pool loses, and then the plan runs in order. The constants were measured on the 2-core machine this was written on (numpy
-with OpenBLAS, float32): a 64x192 @ 192x192 product ~60 us on one thread, ``tanh`` ~1.5 ns per
-element, ~2 us of Python per instruction in order and ~3 us more per instruction on the pool.
+the cores busy the pool loses, and then the plan runs in order. The constants were measured
+on the 2-core machine this was written on (numpy with OpenBLAS, float32): a 64x192 @ 192x192
+product ~60 us on one thread, ``tanh`` ~1.5 ns per element, ~2 us of Python per instruction in
+order and ~3 us more per instruction on the pool.
 
 Cost: O(instructions + dependency edges), computed once per plan and cached on it; a trial is
 one ``perf_counter`` pair around a run.
