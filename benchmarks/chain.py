@@ -25,6 +25,11 @@ TINY = {"rows": 8, "cols": 4, "backward": True, "block_rows": 3, "tiny": True}
 TARGET = ("torch", 1.0)  # issue 9: eager <= PyTorch eager
 LAZY_TARGET = ("torch-compile", 1.0)  # issue 9: lazy (fused) <= torch.compile
 TRAINING = False
+# Seconds of warm-up at least (the runner's --warmup if longer): with numba installed a fused
+# kernel moves to its compiled backend once it has run 0.5 s in numpy, and compiles for 1-3 s
+# (ops/fused.py), as in a training loop's first seconds; torch.compile compiles in its setup. A
+# worker process timing lazy mode alone reached the move within 0.5 s of warm-up only sometimes.
+WARMUP = 5.0
 
 
 def scale(config):

@@ -157,7 +157,11 @@ def main(argv=None):
     for name in args.only.split(","):
         workload = load(name.strip())
         for label, config in configurations(workload, args.tiny):
-            reps = dataclasses.replace(options, reps=min(options.reps, config.get("reps", 99)))
+            reps = dataclasses.replace(
+                options,
+                reps=min(options.reps, config.get("reps", 99)),
+                warmup=max(options.warmup, getattr(workload, "WARMUP", 0.0)),
+            )
             if args.profile or args.shared_process:
                 steps, skipped = build(workload, config, wanted, args.lazy)
                 notes += skipped
