@@ -11,9 +11,11 @@ gradient) ParamOut is computed in Grad's buffer, so an SGD step allocates nothin
 
 The rules are PyTorch's (``torch.optim``) under Paddle's op, slot and attribute names. Scalars
 (LearningRate, Beta1Pow, ...) may have any float dtype; they are cast to Param's dtype before
-they touch a tensor, so float32 parameters stay float32. Temporaries are allocated with
-``empty_like`` (on 0-d arrays a ufunc without ``out=`` returns a scalar, which cannot be an
-``out=`` target).
+they touch a tensor, so float32 parameters stay float32. Outputs and temporaries are
+allocated (``_fresh``) and written with ``out=`` (on 0-d arrays a ufunc without ``out=`` returns
+a scalar, which cannot be an ``out=`` target); large ones come from ``ops.buffers``, so a
+training loop reuses the buffers of the values its last update replaced instead of faulting in
+new ones.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import math
 
 import numpy as np
 
+from ops import buffers
 from ops.registry import Attr, register
 from tape.errors import DTypeError, InputError, ShapeError
 
@@ -89,7 +92,13 @@ def scalar(xp, value, like):
 def _work(xp, attrs, grad, like):
     """A scratch buffer shaped like Param: Grad's own when ``reuse_grad`` (Grad is dead after
     the update), else a new one."""
-    return grad if attrs["reuse_grad"] else xp.empty_like(like)
+    return grad if attrs["reuse_grad"] else _fresh(xp, like)
+
+
+def _fresh(xp, like):
+    """A new buffer shaped like ``like`` (a reused one for large parameters: ``ops.buffers``;
+    the parameter's previous value, once nothing holds it, serves its next update)."""
+    return buffers.empty(xp, like.shape, like.dtype)
 
 
 def _probability(name, default):
@@ -144,10 +153,10 @@ def momentum(xp, attrs, param, grad, velocity, lr):
     ParamOut = Param - LearningRate * VelocityOut without.
     """
     mu, rate = attrs["mu"], scalar(xp, lr, param)
-    velocity = xp.multiply(velocity, mu, out=xp.empty_like(param))
+    velocity = xp.multiply(velocity, mu, out=_fresh(xp, param))
     velocity += grad
     if attrs["use_nesterov"]:
-        step = xp.multiply(velocity, mu, out=xp.empty_like(param))
+        step = xp.multiply(velocity, mu, out=_fresh(xp, param))
         step += grad
         step *= rate
     else:
@@ -195,10 +204,10 @@ def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
 def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
     step_size, correction2 = _bias_corrected(xp, param, lr, beta1_pow, beta2_pow)
-    moment1_out = xp.subtract(grad, moment1, out=xp.empty_like(param))
+    moment1_out = xp.subtract(grad, moment1, out=_fresh(xp, param))
     moment1_out *= 1.0 - beta1
     moment1_out += moment1  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
-    moment2_out = xp.multiply(moment2, beta2, out=xp.empty_like(param))
+    moment2_out = xp.multiply(moment2, beta2, out=_fresh(xp, param))
     work = xp.multiply(grad, grad, out=_work(xp, attrs, grad, param))
     work *= 1.0 - beta2
     moment2_out += work
@@ -303,14 +312,14 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     dispensable slots): their outputs hold one Variable when the input is given, none otherwise.
     """
     decay = attrs["decay"]
-    work = xp.multiply(grad, grad, out=xp.empty_like(param))
+    work = xp.multiply(grad, grad, out=_fresh(xp, param))
     work *= 1.0 - decay
-    mean_square = xp.multiply(mean_square, decay, out=xp.empty_like(param))
+    mean_square = xp.multiply(mean_square, decay, out=_fresh(xp, param))
     mean_square += work
     if mean_grad is not None:
         xp.subtract(grad, mean_grad, out=work)
         work *= 1.0 - decay
-        mean_grad = xp.add(mean_grad, work, out=xp.empty_like(param))  # lerp(MeanGrad, Grad)
+        mean_grad = xp.add(mean_grad, work, out=_fresh(xp, param))  # lerp(MeanGrad, Grad)
         xp.multiply(mean_grad, mean_grad, out=work)
         xp.subtract(mean_square, work, out=work)
         xp.sqrt(work, out=work)
@@ -351,9 +360,9 @@ def adagrad(xp, attrs, param, grad, moment, lr):
     MomentOut = Moment + Grad**2;  ParamOut = Param - LearningRate * Grad / (sqrt(MomentOut) +
     epsilon). PyTorch's lr_decay is a learning-rate schedule, applied by the optimizer.
     """
-    moment_out = xp.multiply(grad, grad, out=xp.empty_like(param))
+    moment_out = xp.multiply(grad, grad, out=_fresh(xp, param))
     moment_out += moment
-    work = xp.sqrt(moment_out, out=xp.empty_like(param))
+    work = xp.sqrt(moment_out, out=_fresh(xp, param))
     work += attrs["epsilon"]
     step = xp.divide(grad, work, out=grad if attrs["reuse_grad"] else work)
     step *= scalar(xp, lr, param)
