@@ -37,6 +37,7 @@ _api = None  # (setter, getter, local setter) once probed; Nones when no BLAS co
 _shared_local = False
 _shared = [0, None]
 _SHARED = object()  # (``single_threaded.previous`` of a block counted in ``_shared``)
+_open = threading.local()  # .depth: this thread's open blocks, where the setting is per thread
 
 
 def _loaded_blas_paths():
@@ -120,6 +121,7 @@ class single_threaded:
             self.previous = None
         elif not _shared_local:
             self.previous = local(1)
+            _open.depth = getattr(_open, "depth", 0) + 1
         else:
             with _lock:
                 if not _shared[0]:
@@ -137,6 +139,15 @@ class single_threaded:
                     _probe()[2](_shared[1])
         elif previous is not None:
             _probe()[2](previous)
+            _open.depth -= 1
+
+
+def single_threaded_open():
+    """Whether a ``single_threaded`` block is open on this thread (or, where the setting is one
+    for the whole process, on any thread): its BLAS is meant to run on one thread."""
+    if _shared_local:
+        return _shared[0] > 0
+    return getattr(_open, "depth", 0) > 0
 
 
 class blas_threads:

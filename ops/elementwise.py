@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ops import buffers
+from ops import buffers, intra_op
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.infer import align_y, broadcast_shapes, result_dtype
 from ops.reduce import sum_to
@@ -85,7 +85,7 @@ def elementwise_add(xp, attrs, x, y):
     """Out = X + Y.  dX = dOut, dY = dOut (each summed back to its input's shape)."""
     y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
     if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
-        return xp.add(x, y, out=out)  # (a reused buffer: no page faults)
+        return intra_op.ufunc(xp.add, out, x, y)  # (a reused buffer: no page faults)
     return x + y
 
 
@@ -103,7 +103,7 @@ def elementwise_sub(xp, attrs, x, y):
     """Out = X - Y.  dX = dOut, dY = -dOut."""
     y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
     if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
-        return xp.subtract(x, y, out=out)  # (a reused buffer: no page faults)
+        return intra_op.ufunc(xp.subtract, out, x, y)  # (a reused buffer: no page faults)
     return x - y
 
 
@@ -123,7 +123,7 @@ def elementwise_mul(xp, attrs, x, y):
     """Out = X * Y.  dX = dOut * Y, dY = dOut * X."""
     y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
     if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
-        return xp.multiply(x, y, out=out)  # (a reused buffer: no page faults)
+        return intra_op.ufunc(xp.multiply, out, x, y)  # (a reused buffer: no page faults)
     return x * y
 
 
