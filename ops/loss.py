@@ -12,6 +12,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ops import buffers
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
 from ops.compose import neg as _neg
@@ -34,6 +35,13 @@ from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
 # ---- softmax cross-entropy -----------------------------------------------------------------
+
+
+def _binary(xp, ufunc, x, y):
+    """``ufunc(x, y)``, in an ``ops.buffers`` array where the result is large and has x's shape
+    and dtype (a language model's logits: no page faults per step)."""
+    out = buffers.binary_out(x, y)
+    return ufunc(x, y) if out is None else ufunc(x, y, out=out)
 
 SoftmaxCrossEntropy = namedtuple("SoftmaxCrossEntropy", ["softmax", "loss"])
 
@@ -126,7 +134,7 @@ def softmax_with_cross_entropy(xp, attrs, logits, label):
     if attrs["soft_label"]:
         logits, label = promote(logits, label)
     shift = logits.max(axis=axis, keepdims=True)
-    prob = logits - shift
+    prob = _binary(xp, xp.subtract, logits, shift)
     if attrs["soft_label"]:
         loss = -(label * prob).sum(axis=axis, keepdims=True)
         xp.exp(prob, out=prob)
@@ -201,7 +209,7 @@ def softmax_with_cross_entropy_grad(xp, attrs, label, prob, gloss):
     if ignored is not None:
         gloss = xp.where(ignored, 0, gloss)
     # One full-size pass: scale the copy of Softmax, then fix the label entries in place.
-    gx = prob * gloss
+    gx = _binary(xp, xp.multiply, prob, gloss)
     picked = xp.take_along_axis(gx, index, axis=axis)
     xp.put_along_axis(gx, index, picked - gloss, axis=axis)
     return gx
