@@ -27,6 +27,7 @@ _GETTERS = (
 )
 _LOCAL_SETTER = "openblas_set_num_threads_local"  # per calling thread, returns the old count
 _lock = threading.Lock()
+_probe_lock = threading.Lock()
 _api = None  # (setter, getter, local setter) once probed; Nones when no BLAS could be found
 # Whether the "local" setting is in fact one setting for every thread (probed): numpy 2.4's
 # bundled OpenBLAS is built so. Then ``single_threaded`` blocks of several threads share it:
@@ -51,25 +52,32 @@ def _loaded_blas_paths():
 
 
 def _probe():
-    global _api
     if _api is None:
-        import numpy  # noqa: F401  (makes sure numpy's BLAS is loaded before probing)
-
-        found = (None, None, None)
-        for path in _loaded_blas_paths():
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
-            getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
-            if setter is not None and getter is not None:
-                found = (setter, getter, getattr(lib, _LOCAL_SETTER, None))
-                break
-        if found[2] is not None:
-            _probe_locality(found[2])
-        _api = found
+        with _probe_lock:  # (once, by one thread: the locality probe sets counts for a moment)
+            if _api is None:
+                _find_api()
     return _api
+
+
+def _find_api():
+    """Sets ``_api`` from the BLAS numpy loaded (and ``_shared_local``)."""
+    global _api
+    import numpy  # noqa: F401  (makes sure numpy's BLAS is loaded before probing)
+
+    found = (None, None, None)
+    for path in _loaded_blas_paths():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            found = (setter, getter, getattr(lib, _LOCAL_SETTER, None))
+            break
+    if found[2] is not None:
+        _probe_locality(found[2])
+    _api = found
 
 
 def _probe_locality(local):
