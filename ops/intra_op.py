@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import os
 import threading
 
 import numpy as np
@@ -28,6 +29,19 @@ ALIGN = 64
 _pools = {}
 _lock = threading.Lock()
 _MAIN = threading.main_thread()
+
+
+def _forget_pools():
+    """A forked child has none of its parent's threads: its pools start afresh (a parent's pool
+    would take chunks no thread runs, and the kernel would wait for good)."""
+    global _lock, _MAIN
+    _pools.clear()
+    _lock = threading.Lock()
+    _MAIN = threading.main_thread()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def fan_out(out):

@@ -14,6 +14,7 @@ the op and where it was recorded; its ``completed`` attribute lists the instruct
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -99,6 +100,18 @@ def _run_one(plan, index, vals):
 
 _pools = {}
 _pools_lock = threading.Lock()
+
+
+def _forget_pools():
+    """A forked child has none of its parent's threads: its pools start afresh (a parent's pool
+    would take work no thread runs, and the run would wait for good)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def _pool(helpers):
