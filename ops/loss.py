@@ -43,6 +43,7 @@ def _binary(xp, ufunc, x, y):
     out = buffers.binary_out(x, y)
     return ufunc(x, y) if out is None else ufunc(x, y, out=out)
 
+
 SoftmaxCrossEntropy = namedtuple("SoftmaxCrossEntropy", ["softmax", "loss"])
 
 _SWCE_ATTRS = {
