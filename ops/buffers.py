@@ -31,6 +31,7 @@ True
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 
@@ -50,6 +51,16 @@ _held = [0]  # bytes of every pooled array
 _over = [0]  # allocations that found the pool full
 # While the pool is full, one allocation in SWEEP_EVERY looks for free arrays to drop.
 SWEEP_EVERY = 16
+
+
+def _new_lock():
+    """A forked child gets a lock of its own (another thread of the parent may have held it)."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock)
 
 
 def _free_indices(arrays, free, count=sys.getrefcount):
