@@ -8,8 +8,9 @@ elements tanh gained 14% and a negation lost 20%).
 
 Results are bit for bit those of one call: every element is computed by the same loop on the
 same operands, and chunks start on multiples of ``ALIGN`` elements, so numpy's vector loops
-meet the same lanes and the same tail as in one call. Threads: as many as the process's BLAS
-threads (``tape.set_num_threads``); none while the calling thread is inside
+meet the same lanes and the same tail as in one call; and each chunk runs under the caller's
+numpy error state, so an overflow raises or warns as in one call. Threads: as many as the
+process's BLAS threads (``tape.set_num_threads``); none while the calling thread is inside
 ``ops.blas.single_threaded`` (a lazy plan on its own thread pool) or is not the main thread
 (whose other threads would share the cores).
 """
@@ -17,6 +18,7 @@ threads (``tape.set_num_threads``); none while the calling thread is inside
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import math
 import os
 import threading
@@ -85,7 +87,9 @@ def run(fn, out, *arrays):
         fn(out[lo:hi], *parts)
 
     pool = _pool(len(bounds) - 1)
-    futures = [pool.submit(chunk, lo, hi) for lo, hi in bounds[1:]]
+    # Each chunk runs in a copy of the caller's context: numpy keeps its error state
+    # (np.errstate, np.seterr) there, so a chunk raises or warns where one call would.
+    futures = [pool.submit(contextvars.copy_context().run, chunk, lo, hi) for lo, hi in bounds[1:]]
     try:
         chunk(*bounds[0])
     finally:

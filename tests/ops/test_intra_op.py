@@ -101,3 +101,14 @@ def test_an_error_in_any_chunk_is_raised_after_every_chunk_finished():
     with pytest.raises(ValueError, match="chunk failed"):
         intra_op.run(fail_late_rows, out, rows)
     assert finished == [0] and out[0, 0] == 1.0
+
+
+@pytest.mark.usefixtures("three_threads")
+def test_every_chunk_runs_under_the_callers_numpy_error_state():
+    x = np.full((4096, 1024), 2.0, np.float32)
+    x[-1, -1] = 3e38  # (its square overflows, in the last chunk: a helper thread's)
+    assert intra_op.fan_out(x) == 3
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        _kernel("elementwise_mul", x, x)
+    with np.errstate(over="ignore"):
+        assert np.isinf(_kernel("elementwise_mul", x, x)[-1, -1])
