@@ -14,6 +14,7 @@ the op and where it was recorded; its ``completed`` attribute lists the instruct
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import os
 import threading
 import time
@@ -202,7 +203,9 @@ class _Run:
 def run_threaded(plan, vals, workers):
     """Runs ``plan`` on the calling thread and ``workers - 1`` pool threads (see ``_Run``)."""
     state = _Run(plan, vals)
-    helpers = [_pool(workers - 1).submit(state.work) for _ in range(workers - 1)]
+    # (each helper in a copy of the caller's context: numpy's error state lives there)
+    pool = _pool(workers - 1)
+    helpers = [pool.submit(contextvars.copy_context().run, state.work) for _ in range(workers - 1)]
     try:
         state.work()
     finally:
