@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from ops import buffers
 from ops.fused_expression import resolve
 from ops.fusion_backends import (
     as_array,
@@ -154,17 +155,17 @@ class _Blocked:
         for k, (a, ix) in enumerate(zip(inputs, self.in_index)):
             vals[k] = None if ix.varies else a[ix.at((), None)]
         outs = [
-            hoisted[j] if j in hoisted else xp.empty(e.step_shapes[j], self.dtypes[i])
+            hoisted[j] if j in hoisted else buffers.empty(xp, e.step_shapes[j], self.dtypes[i])
             for i, j in enumerate(e.outputs)
         ]
         for i, j in enumerate(e.outputs):
             if i not in self.written:
                 outs[i] = outs[e.outputs.index(j)]
-        buffers = self._spare.pop() if self._spare else self._scratch()
+        scratch = self._spare.pop() if self._spare else self._scratch()
         try:
-            sums = self._run_blocks(inputs, vals, outs, buffers)
+            sums = self._run_blocks(inputs, vals, outs, scratch)
         finally:
-            self._spare.append(buffers)  # reused by the next run (page faults avoided)
+            self._spare.append(scratch)  # reused by the next run (page faults avoided)
         return distinct(outs, e.outputs) + self._reductions(hoisted, sums)
 
     def _scratch(self):

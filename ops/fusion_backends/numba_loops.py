@@ -41,6 +41,7 @@ import time
 
 import numpy as np
 
+from ops import buffers
 from ops.fused_expression import is_ref
 from ops.fusion_backends import reference, with_located_errors
 from ops.fusion_backends.table import Constant, rule_for
@@ -307,7 +308,7 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
     threads = Threads() if chunks > 1 else None
 
     def run(*inputs):
-        outs = [np.empty(shape, dtype) for shape, dtype in outputs]
+        outs = [buffers.empty(np, shape, dtype) for shape, dtype in outputs]
         accs = [np.zeros((chunks, *shape), dtype) for shape, dtype, _, _ in accumulators]
         if threads is None:
             loops(*inputs, *outs, *accs)
