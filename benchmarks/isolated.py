@@ -71,8 +71,7 @@ def measure(workload, config, names, lazy, options, threads):
 
 def _ask(conn, name, command):
     conn.send(command)
-    status, detail = _receive(conn, name)
-    return detail
+    return _receive(conn, name)[1]
 
 
 def _receive(conn, name):

@@ -38,6 +38,8 @@ import threading
 
 import numpy as np
 
+from ops.xp import array_module
+
 MIN_BYTES = 1 << 18  # 256 KiB: 64 pages
 LIMIT_BYTES = 1 << 30
 # Free arrays of one shape and dtype kept when one is taken: more go back to the allocator, so
@@ -125,13 +127,7 @@ def zeros(xp, shape, dtype):
 
 def like(x):
     """``empty`` of ``x``'s shape and dtype (``x`` a numpy or cupy array)."""
-    return empty(np if x.__class__ is np.ndarray else _module_of(x), x.shape, x.dtype)
-
-
-def _module_of(x):
-    from ops.xp import array_module
-
-    return array_module(x)
+    return empty(np if x.__class__ is np.ndarray else array_module(x), x.shape, x.dtype)
 
 
 def binary_out(x, y):

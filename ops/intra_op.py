@@ -17,33 +17,16 @@ process's BLAS threads (``tape.set_num_threads``); none while the calling thread
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
 import math
-import os
 import threading
 
 import numpy as np
 
+from ops import thread_pools
+
 MIN_ELEMENTS = 1 << 21
 ALIGN = 64
-
-_pools = {}
-_lock = threading.Lock()
-_MAIN = threading.main_thread()
-
-
-def _forget_pools():
-    """A forked child has none of its parent's threads: its pools start afresh (a parent's pool
-    would take chunks no thread runs, and the kernel would wait for good)."""
-    global _lock, _MAIN
-    _pools.clear()
-    _lock = threading.Lock()
-    _MAIN = threading.main_thread()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def fan_out(out):
@@ -54,7 +37,7 @@ def fan_out(out):
         or out.ndim == 0
         or out.shape[0] < 2
         or not out.flags.c_contiguous
-        or threading.current_thread() is not _MAIN
+        or threading.current_thread() is not threading.main_thread()
     ):
         return 1
     from ops import blas
@@ -86,7 +69,7 @@ def run(fn, out, *arrays):
         ]
         fn(out[lo:hi], *parts)
 
-    pool = _pool(len(bounds) - 1)
+    pool = thread_pools.pool("intra-op", len(bounds) - 1)
     # Each chunk runs in a copy of the caller's context: numpy keeps its error state
     # (np.errstate, np.seterr) there, so a chunk raises or warns where one call would.
     futures = [pool.submit(contextvars.copy_context().run, chunk, lo, hi) for lo, hi in bounds[1:]]
@@ -113,16 +96,6 @@ def _bounds(out, count):
     step = -(-rows // count)
     step = -(-step // unit) * unit
     return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
-
-
-def _pool(helpers):
-    with _lock:
-        pool = _pools.get(helpers)
-        if pool is None:
-            pool = _pools[helpers] = concurrent.futures.ThreadPoolExecutor(
-                helpers, thread_name_prefix="fluidtape-intra-op"
-            )
-        return pool
 
 
 __all__ = ["run", "ufunc", "fan_out", "MIN_ELEMENTS", "ALIGN"]

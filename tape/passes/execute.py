@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
-import os
 import threading
 import time
 
 import numpy as np
 
+from ops import thread_pools
 from ops.blas import single_threaded
 from ops.registry import REGISTRY
 from tape import instrument
@@ -97,32 +97,6 @@ def _run_one(plan, index, vals):
         vals[out] = _array(plan.xp, kernel(plan.xp, attrs, *[vals[s] for s in ins]))
     else:
         _general(plan.xp, kind, kernel, attrs, ins, out, vals)
-
-
-_pools = {}
-_pools_lock = threading.Lock()
-
-
-def _forget_pools():
-    """A forked child has none of its parent's threads: its pools start afresh (a parent's pool
-    would take work no thread runs, and the run would wait for good)."""
-    global _pools_lock
-    _pools.clear()
-    _pools_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pools)
-
-
-def _pool(helpers):
-    with _pools_lock:
-        pool = _pools.get(helpers)
-        if pool is None:
-            pool = _pools[helpers] = concurrent.futures.ThreadPoolExecutor(
-                helpers, thread_name_prefix="fluidtape-executor"
-            )
-        return pool
 
 
 class _Run:
@@ -204,7 +178,7 @@ def run_threaded(plan, vals, workers):
     """Runs ``plan`` on the calling thread and ``workers - 1`` pool threads (see ``_Run``)."""
     state = _Run(plan, vals)
     # (each helper in a copy of the caller's context: numpy's error state lives there)
-    pool = _pool(workers - 1)
+    pool = thread_pools.pool("executor", workers - 1)
     helpers = [pool.submit(contextvars.copy_context().run, state.work) for _ in range(workers - 1)]
     try:
         state.work()
