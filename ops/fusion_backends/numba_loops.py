@@ -53,6 +53,13 @@ _TYPES = frozenset({"float32", "float64", "bool"})
 # benchmarks/fusion_backends.py).
 PARALLEL_MIN_SIZE = 1 << 18
 CHUNKS = 16
+# Full outputs of an expression whose outputs take at most this many bytes together are rows of
+# one block per (shape, dtype) (``Packing``); larger ones, whose lifetimes matter to memory, are
+# arrays of their own.
+PACK_MAX_BYTES = 1 << 16
+# LLVM vectorises a loop only where it can check at run time that the arrays it writes overlap
+# no other (at most 8 checks by default): a loop with more arrays than this stays scalar.
+VECTOR_ARRAYS = 8
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,17 +131,81 @@ def chunks_for(expression):
     return max(1, min(CHUNKS, shape[0]))
 
 
-def generate(expression, chunks=1):
-    """The source of ``fused(in0, ..., out0, ..., acc0, ...)`` computing ``expression``.
+class Packing:
+    """Which full outputs are written as rows of a block: ``blocks``, [(block shape (rows,
+    *row shape), dtype, [output index per row])], and ``alone``, the other outputs' indices.
+
+    Why: a loop nest storing to more than ~8 arrays does not vectorise (LLVM checks at run time
+    that no two may overlap, up to 8 checks, and gives up beyond), and each array is an argument
+    numba unboxes and an allocation. Rows of one flat block at constant offsets cannot overlap
+    one another, so the 64-step chain kernel storing 43 values runs 8x faster, its outputs
+    allocated at once. Only small expressions pack (``PACK_MAX_BYTES``; one chunk): a row keeps
+    its whole block alive while it lives."""
+
+    __slots__ = ("blocks", "alone")
+
+    def __init__(self, expression, chunks):
+        groups, alone, total = {}, [], 0
+        for i, j in enumerate(expression.outputs):
+            shape, dtype = expression.step_shapes[j], np.dtype(expression.dtypes[i])
+            total += math.prod(shape) * dtype.itemsize
+            groups.setdefault((shape, dtype), []).append(i)
+        blocks = []
+        for (shape, dtype), members in groups.items():
+            if shape and len(members) > 1:  # (rows of a 0-d shape would be scalars)
+                blocks.append(((len(members), *shape), dtype, members))
+            else:
+                alone += members
+        if chunks > 1 or total > PACK_MAX_BYTES:
+            blocks, alone = [], list(range(len(expression.outputs)))
+        self.blocks, self.alone = blocks, sorted(alone)
+
+    def rows(self):
+        """{output index: (block number, row)}."""
+        return {
+            i: (b, r)
+            for b, (_, _, members) in enumerate(self.blocks)
+            for r, i in enumerate(members)
+        }
+
+
+def flat_loop(expression, chunks):
+    """Whether the loop nest can be one loop over every element: a single chunk of more than
+    one axis, every input either the whole shape or one element, every full output the whole
+    shape, every reduction over all axes, and at most ``VECTOR_ARRAYS`` arrays in the loop. Why:
+    a small trailing axis (a 4x4 tape of the chain runs 4 elements in its inner loop) leaves
+    the loop unvectorised; with more arrays it does not vectorise anyway, and the flat views
+    cost ~30 ns an array."""
+    shape = expression.shape
+    arrays = sum(not all(n == 1 for n in s) for s, _ in expression.inputs)
+    packing = Packing(expression, chunks)
+    arrays += len(packing.alone) + len(packing.blocks)
+    return (
+        chunks == 1
+        and len(shape) > 1
+        and arrays <= VECTOR_ARRAYS
+        and all(s == shape or all(n == 1 for n in s) for s, _ in expression.inputs)
+        and all(expression.step_shapes[j] == shape for j in expression.outputs)
+        and all(len(r.axes) == len(shape) for r in expression.reductions)
+    )
+
+
+def generate(expression, chunks=1, packing=None):
+    """The source of ``fused(in0, ..., out0, ..., blk0, ..., acc0, ...)`` computing
+    ``expression`` (``packing``: the ``Packing`` of its outputs; None: none packed).
 
     The outermost axis is cut into ``chunks`` ranges walked by ``prange`` (run in parallel when
     compiled with ``parallel=True``); every accumulator has a leading axis of one partial per
     chunk, so no two threads write the same element. A reduction over the innermost axis adds
     into a local scalar (``radd``: an add LLVM may reassociate, so that loop vectorises) and
-    stores it once per row."""
+    stores it once per row. Where ``flat_loop`` allows, the arrays are walked as one flat axis
+    (inputs made contiguous first: a copy only where one is not)."""
     shape, ndim = expression.shape, len(expression.shape)
     n_in, n_out = len(expression.inputs), len(expression.outputs)
-    params = [f"in{k}" for k in range(n_in)] + [f"out{i}" for i in range(n_out)]
+    alone = range(n_out) if packing is None else packing.alone
+    packed = {} if packing is None else packing.rows()
+    params = [f"in{k}" for k in range(n_in)] + [f"out{i}" for i in alone]
+    params += [f"blk{b}" for b in range(len(packing.blocks) if packing else 0)]
     params += [f"acc{i}" for i in range(len(expression.reductions))]
     lines = [f"def fused({', '.join(params)}):"]
     indent = "    "
@@ -146,36 +217,52 @@ def generate(expression, chunks=1):
         i: "float32" if expression.step_dtypes[r.step] == np.float32 else wide[i].name
         for i, r in enumerate(expression.reductions)
     }
+    flat = flat_loop(expression, chunks)
+    loop = (expression.size,) if flat else shape  # (the axes the loop nest walks)
     names, dtypes, loaded = {}, {}, set()
     for k, (in_shape, dtype) in enumerate(expression.inputs):
         names[("in", k)], dtypes[("in", k)] = f"x{k}", np.dtype(dtype)
         if all(n == 1 for n in in_shape):  # one element: read once, before the loops
             lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
             loaded.add(k)
+        elif flat:
+            lines.append(f"{indent}in{k}f = np.ascontiguousarray(in{k}).reshape({loop[0]})")
+    if flat:
+        for i in alone:
+            lines.append(f"{indent}out{i}f = out{i}.reshape({loop[0]})")
     if ndim:
         lines.append(f"{indent}for c in prange({chunks}):")
         indent += "    "
-    for a in range(ndim):
-        if a == ndim - 1:
+    for a in range(len(loop)):
+        if a == len(loop) - 1:
             for i in local:
                 lines.append(f"{indent}r{i} = np.{row[i]}(0)")
         if a == 0:
             lines.append(
-                f"{indent}for i0 in range(c * {shape[0]} // {chunks},"
-                f" (c + 1) * {shape[0]} // {chunks}):"
+                f"{indent}for i0 in range(c * {loop[0]} // {chunks},"
+                f" (c + 1) * {loop[0]} // {chunks}):"
             )
         else:
-            lines.append(f"{indent}for i{a} in range({shape[a]}):")
+            lines.append(f"{indent}for i{a} in range({loop[a]}):")
         indent += "    "
     for k, (in_shape, _) in enumerate(expression.inputs):
         if k not in loaded:
-            lines.append(f"{indent}x{k} = in{k}[{_index(in_shape, ndim)}]")
+            read = f"in{k}f[i0]" if flat else f"in{k}[{_index(in_shape, ndim)}]"
+            lines.append(f"{indent}x{k} = {read}")
     for j, step in enumerate(expression.steps):
         dtype = expression.step_dtypes[j]
         lines.append(f"{indent}s{j} = np.{dtype.name}({_render(step, dtype, names, dtypes)})")
         names[("step", j)], dtypes[("step", j)] = f"s{j}", dtype
     for i, j in enumerate(expression.outputs):
-        lines.append(f"{indent}out{i}[{_index(expression.step_shapes[j], ndim)}] = s{j}")
+        out_shape = loop if flat else expression.step_shapes[j]
+        if i in packed:  # (a flat block at a constant offset: see Packing)
+            block, at = packed[i]
+            index = _flat_index(out_shape, len(loop), at * math.prod(out_shape))
+            lines.append(f"{indent}blk{block}[{index}] = s{j}")
+        elif flat:
+            lines.append(f"{indent}out{i}f[i0] = s{j}")
+        else:
+            lines.append(f"{indent}out{i}[{_index(out_shape, ndim)}] = s{j}")
     for i, r in enumerate(expression.reductions):
         if i in local:
             lines.append(f"{indent}r{i} = radd(r{i}, np.{row[i]}(s{r.step}))")
@@ -196,6 +283,17 @@ def _partial(reduction, ndim):
     without loops), then 0 on the reduced axes."""
     kept = ["0" if a in reduction.axes else f"i{a}" for a in range(ndim)]
     return ", ".join(["c" if ndim else "0", *kept])
+
+
+def _flat_index(shape, ndim, offset):
+    """The element of a C-ordered array of ``shape`` (right-aligned, broadcast) stored flat from
+    ``offset``, at loop indices i*: constant strides, so LLVM sees which elements differ."""
+    lead, terms = ndim - len(shape), [str(offset)] if offset else []
+    for a, n in enumerate(shape):
+        if n != 1:
+            stride = math.prod(shape[a + 1 :])
+            terms.append(f"i{a + lead}" if stride == 1 else f"i{a + lead} * {stride}")
+    return " + ".join(terms) or "0"
 
 
 def _index(shape, ndim):
@@ -298,22 +396,37 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
     namespace = dict(_helpers())
     namespace["np"] = vecmath.namespace() if vectorised else np
     chunks = chunks_for(expression)
-    exec(generate(expression, chunks), namespace)  # noqa: S102  (source from the rule table)
+    packing = Packing(expression, chunks)
+    source = generate(expression, chunks, packing)
+    exec(source, namespace)  # noqa: S102  (source from the rule table)
     loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1)(namespace.pop("fused"))
-    outputs = [
-        (expression.step_shapes[j], np.dtype(d))
-        for j, d in zip(expression.outputs, expression.dtypes)
+    alone = [
+        (i, expression.step_shapes[expression.outputs[i]], np.dtype(expression.dtypes[i]))
+        for i in packing.alone
     ]
+    blocks = [(math.prod(shape), shape, dtype, members) for shape, dtype, members in packing.blocks]
+    whole = len(blocks) == 1 and not alone  # (the common case: every output a row of one block)
+    n_out = len(expression.outputs)
     accumulators = _accumulators(expression)
     threads = Threads() if chunks > 1 else None
 
     def run(*inputs):
-        outs = [buffers.empty(np, shape, dtype) for shape, dtype in outputs]
+        own = [buffers.empty(np, shape, dtype) for _, shape, dtype in alone]
+        flats = [np.empty(size, dtype) for size, _, dtype, _ in blocks]
         accs = [np.zeros((chunks, *shape), dtype) for shape, dtype, _, _ in accumulators]
         if threads is None:
-            loops(*inputs, *outs, *accs)
+            loops(*inputs, *own, *flats, *accs)
         else:
-            threads.call(loops, *inputs, *outs, *accs)
+            threads.call(loops, *inputs, *own, *flats, *accs)
+        if whole:
+            outs = list(flats[0].reshape(blocks[0][1]))
+        else:
+            outs = [None] * n_out
+            for (i, _, _), array in zip(alone, own):
+                outs[i] = array
+            for flat, (_, shape, _, members) in zip(flats, blocks):
+                for i, row in zip(members, flat.reshape(shape)):
+                    outs[i] = row
         for acc, (_, _, reduction, dtype) in zip(accs, accumulators):
             if chunks > 1:
                 acc = acc.sum(axis=0, dtype=np.float64 if acc.dtype.kind == "f" else None)
@@ -326,6 +439,7 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
 
     run = with_located_errors(run, reference.compile(expression, xp))
     run.backend, run.loops = "numba", loops  # loops: the numba dispatcher, for inspection
+    run.source, run.packing = source, packing
     run.threads = threads
     return run
 
