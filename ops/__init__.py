@@ -28,6 +28,7 @@ from ops import movement, padding, triangular, contraction, along_axis, scatteri
 from ops import advanced_indexing, masking, creation  # noqa: F401
 from ops import collective  # noqa: F401
 from ops import fused  # noqa: F401  (fused_elementwise: the fusion pass's kernels)
+from ops import batched_call  # noqa: F401  (batched_call: autobatched groups in plans)
 from tape import operators as _operators
 from tape import tape as _engine
 

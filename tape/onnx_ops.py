@@ -309,6 +309,8 @@ NOT_EXPORTABLE.update(
         "cummax": "ONNX has no cumulative maximum",
         "cummin": "ONNX has no cumulative minimum",
         "fused_elementwise": "a lazy plan's fused group, never on a recorded tape: export the ops",
+        "batched_call": "a lazy plan's autobatched group, never on a recorded tape: export the ops",
+        "gather_rows": "a lazy plan's gather for an autobatched group, never on a recorded tape",
     }
 )
 _COLLECTIVE = "a communication op (MPI): an exported model runs in one process"

@@ -22,6 +22,7 @@ from ops.xp import array_module, default_module
 from tape.errors import GraphError
 from tape.ir import from_ops
 from tape.passes import pipeline
+from tape.passes.autobatch import HEURISTICS
 from tape.passes.dependencies import ordered_kind, written_names
 from tape.structure import flatten, forms, numbered, signature
 
@@ -180,12 +181,20 @@ class Compiled:
     def plan(self, held, exact=False):
         """The plan when the user holds the variables in slots ``held`` (kept as well);
         ``exact``: without the rewrites that reorder floating-point sums."""
-        key = (held, exact, pipeline.FUSION)
+        batch = None if exact else batching()
+        key = (held, exact, pipeline.FUSION, batch)
         compiled = self.plans.get(key)
         if compiled is None:
             keep = self.keep | {self.names[s] for s in held}
             compiled = pipeline.schedule(
-                self.analysis, keep, self.slot_of, len(self.names), self.xp, self.debug, exact
+                self.analysis,
+                keep,
+                self.slot_of,
+                len(self.names),
+                self.xp,
+                self.debug,
+                exact,
+                batch,
             )
             self.plans[key] = compiled
         return compiled
@@ -202,6 +211,18 @@ class Compiled:
                 sorted(s for s in written | plan.freed if s < len(self.names) and s not in kept)
             )
         return freed
+
+
+def batching():
+    """The heuristic a plan autobatches with under the lazy block's options (None: it does
+    not): ``autobatch=False`` switches it off; ``"auto"`` batches, as a plan's groups are
+    scheduled once, not every run (``tape/passes/batch_groups.py``)."""
+    from tape.lazy import options
+
+    setting = options.autobatch
+    if not setting:
+        return None
+    return setting if setting in HEURISTICS else HEURISTICS[0]
 
 
 def compile_trace(scan, debug=None):

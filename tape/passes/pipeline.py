@@ -1,9 +1,12 @@
 """The scheduler's pipeline: which passes run, in which order, and what they report.
 
-    prune -> dependencies -> (batch_products) -> (fusion -> broadcast_inputs -> rematerialise
-    -> sibling_fusion) -> (dependencies) -> memory_plan -> plan -> (cache) -> execute
+    prune -> dependencies -> (batch_products -> batch_groups) -> (fusion -> broadcast_inputs
+    -> rematerialise -> sibling_fusion) -> (dependencies) -> memory_plan -> plan -> (cache)
+    -> execute
 
-Rewrites of the pruned block (batching small products, ``batch_products``; elementwise fusion,
+Rewrites of the pruned block (batching small products, ``batch_products``, first: a sum of
+products is one product, which autobatching would gather in pieces; autobatching groups of
+independent ops, ``batch_groups``; elementwise fusion,
 ``fusion``, then across fused groups: reading broadcast sources, recomputing cheap values in
 their readers, merging sibling groups) run when the plan is scheduled, because they must know
 which variables the caller keeps; the dependencies are rebuilt for the rewritten block and
@@ -25,6 +28,7 @@ import typing
 import numpy as np
 
 from tape.passes import (
+    batch_groups,
     batch_products,
     broadcast_inputs,
     dependencies,
@@ -86,10 +90,10 @@ def analyse(program, targets=(), debug=None) -> Analysis:
 
 
 def schedule(
-    analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None, exact=False
+    analysis, keep=(), slot_of=None, slots=None, xp=np, debug=None, exact=False, batch=None
 ) -> plan.Plan:
     """Rewrites (unless ``exact``), the memory plan and the compiled Plan; ``keep`` names
-    variables never to free.
+    variables never to free; ``batch``: the autobatching heuristic (None: no autobatching).
 
     ``slot_of`` numbers the variables (default: the pruned block's declaration order); variables
     a rewrite introduces get slots after them and are never written back.
@@ -102,6 +106,12 @@ def schedule(
             if debug:
                 _report("batch_products", f"{len(block.ops)} ops -> {len(rewritten.ops)} ops")
             block, deps = rewritten, dependencies.analyse(rewritten)
+    if not exact and batch:
+        grouped = batch_groups.rewrite(block, keep, batch)
+        if grouped is not block:
+            if debug:
+                _report("batch_groups", f"{len(block.ops)} ops -> {len(grouped.ops)} ops")
+            block, deps = grouped, dependencies.analyse(grouped)
     if FUSION:
         fused = fusion.rewrite(block, keep, exact)
         fused = rematerialise.rewrite(broadcast_inputs.rewrite(fused), keep)
@@ -203,6 +213,9 @@ def explain(compiled, cache=None) -> str:
                 if again:
                     lines.append(f"    recomputing {len(again)} ({', '.join(again)})")
                 seen.update(names)
+            elif op.type == "batched_call":
+                count, kind = op.attrs["count"], op.attrs["op"]
+                lines.append(f"  {op.name}: {count} {kind} ops batched")
             elif "/batched_" in (op.name or ""):
                 lines.append(f"  {op.name}: batched {op.type}")
     if cache is not None:

@@ -1,0 +1,268 @@
+"""Autobatching in a compiled plan: groups of independent ops of one signature become one call.
+
+The interpreted tier autobatches each run anew (``tape.passes.autobatch``: signatures, the
+dependency DAG and the agenda every run, ~2 us per op). A structure that repeats -- the same
+trees, sentences or parses every step -- runs its compiled plan instead, which ran every op of
+every example as its own kernel: 4,000 small products a step for the ``scaling`` benchmark's
+64 trees. This pass schedules the plan's block once, with the same signatures, rules and
+heuristics, and rewrites each batched group into its gathers and one ``batched_call``
+(``ops/batched_call.py``) whose rows are the members' outputs, so every later run of the plan
+pays one kernel call per group.
+
+- Gathers: a member operand that differs per example is stacked (``stack``); where the members
+  read consecutive rows of one earlier group's result, that result (or a ``slice`` of it) is
+  read instead, with no copy (a chain of groups: ``tanh`` of a batched product).
+- Order: ops run in the schedule's order (each group after every group it reads from). Ops
+  that write a variable read or written before them (in-place updates), side-effecting and
+  in-place ops are barriers: the ops before one run before it, those after it after it.
+- Results: equal to the unbatched plan's within the rounding of a BLAS call over more rows
+  (the rules run the op's own kernel); ``exact=True`` and ``autobatch=False`` leave the plan
+  unbatched.
+
+A group is batched only where that is cheaper than its members' instructions, by a cost model
+measured on the ``scaling`` trees' plan (2-core machine, numpy, float32): a plan instruction of
+a small op costs ~2 us (``MEMBER_US``), a ``batched_call`` ~5 us (``CALL_US``), a
+``gather_rows`` ~5 us (``GATHER_US``) plus ~0.3 us per whole array it places
+(``WHOLE_US``), and reading an earlier group's consecutive rows nothing. So a group of three
+sums of eight gradient terms (eight gathers) runs unbatched, while 25 products with a shared
+weight (one gather) batch. The interpreted tier's threshold (``autobatch.MIN_GROUP``) assumes
+~5 us per unbatched op, which a plan does not pay.
+
+Cost: one adapter per op and variable, then ``autobatch.schedule``'s linear scans and agenda:
+O(n log n) in the block's length, once per plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ops.registry import REGISTRY
+from tape.ir import Block, OpDesc, VarDesc, freeze
+from tape.passes import autobatch
+
+MEMBER_US, CALL_US, GATHER_US, WHOLE_US = 2.0, 5.0, 5.0, 0.3
+
+
+class _Var:
+    """A block variable as ``autobatch`` reads a Variable (hashed by identity)."""
+
+    __slots__ = ("name", "shape", "dtype", "persistable", "requires_grad", "_leaf")
+
+    def __init__(self, desc, leaf):
+        self.name, self.shape, self.dtype = desc.name, tuple(desc.shape), desc.dtype
+        self.persistable, self.requires_grad, self._leaf = (
+            desc.persistable,
+            desc.requires_grad,
+            leaf,
+        )
+
+
+class _Op:
+    """A block op as ``autobatch`` reads an OpHandle: ``args`` per input slot (a list for a
+    duplicable one, None where absent), ``results`` per output."""
+
+    __slots__ = ("defn", "args", "results", "attrs", "_inputs")
+
+    def __init__(self, op, defn, var):
+        self.defn, self.attrs = defn, op.attrs
+        self.args = []
+        for slot in defn.input_slots:
+            names = op.inputs.get(slot)
+            if not names:
+                self.args.append(None)
+            elif slot in defn.duplicable_inputs:
+                self.args.append([var(n) for n in names])
+            else:
+                self.args.append(var(names[0]))
+        self._inputs = [var(n) for n in op.input_names()]
+        self.results = [var(n) for n in op.output_names()]
+
+    def input_vars(self):
+        return self._inputs
+
+    def output_vars(self):
+        return self.results
+
+
+def rewrite(block, keep=(), heuristic="agenda") -> Block:
+    """``block`` with its batched groups as ``batched_call`` ops (itself when none forms)."""
+    if heuristic not in autobatch.HEURISTICS:
+        heuristic = autobatch.HEURISTICS[0]
+    produced = {name for op in block.ops for name in op.output_names()}
+    variables = {}
+
+    def var(name):
+        found = variables.get(name)
+        if found is None:
+            found = variables[name] = _Var(block.vars[name], name not in produced)
+        return found
+
+    ops, barriers, seen = [], [], set()
+    for op in block.ops:
+        defn = REGISTRY[op.type]
+        outputs = op.output_names()
+        rewrites = any(name in seen for name in outputs)  # (in place, or written again)
+        barriers.append(bool(defn.side_effect or defn.inplace or rewrites))
+        seen.update(op.input_names())
+        seen.update(outputs)
+        ops.append(_Op(op, defn, var))
+    schedule = autobatch.schedule(ops, barriers, heuristic)
+    if not schedule.batched():
+        return block
+    return _Emitter(block).emit(schedule, ops)
+
+
+class _Emitter:
+    def __init__(self, block):
+        self.block, self.new_vars, self.ops = block, {}, []
+        self.rows = {}  # member output name -> (batched result name, row, members)
+        self.counter = itertools.count()
+
+    def var(self, name):
+        return self.new_vars.get(name) or self.block.vars[name]
+
+    def fresh(self, prefix, shape, dtype):
+        while True:
+            name = f"{prefix}@group{next(self.counter)}"
+            if name not in self.block.vars and name not in self.new_vars:
+                self.new_vars[name] = VarDesc(name, tuple(shape), dtype)
+                return name
+
+    def add(self, type, inputs, outputs, attrs, like, is_target=False):
+        full = freeze(REGISTRY[type].check_attrs(attrs))
+        name = f"{like.name}/batched_{type}"
+        self.ops.append(OpDesc(type, inputs, outputs, full, is_target, name, like.location))
+
+    def emit(self, schedule, adapters):
+        """The block in the schedule's order with its groups batched; the block itself where
+        the cost model batched none."""
+        block, batched = self.block, False
+        for members, rule in zip(schedule.groups, schedule.rules, strict=True):
+            if rule is None:
+                self._alone([block.ops[m] for m in members])
+            else:
+                batched |= self._group([block.ops[m] for m in members], adapters[members[0]])
+        if not batched:
+            return block
+        return Block({**block.vars, **self.new_vars}, self.ops, block.idx)
+
+    def _group(self, members, first):
+        like, defn = members[0], first.defn
+        lists = first.args[0].__class__ is list
+        if lists:  # (the list rule: one operand per position of the one list slot)
+            slot = defn.input_slots[0]
+            gathers = [
+                [m.inputs[slot][position] for m in members]
+                for position in range(len(first.args[0]))
+            ]
+            shared = [None] * len(gathers)
+        else:
+            gathers, shared = [], []
+            for slot, arg in zip(defn.input_slots, first.args, strict=True):
+                gathers.append(
+                    None if autobatch.shared(arg) else [m.inputs[slot][0] for m in members]
+                )
+                shared.append(arg.name)
+        cost = CALL_US + sum(self._gather_cost(names) for names in gathers if names is not None)
+        if cost >= MEMBER_US * len(members):
+            self._alone(members)  # (cheaper one by one: see the module docstring)
+            return False
+        operands = [
+            name if names is None else self._gather(names, like)
+            for names, name in zip(gathers, shared, strict=True)
+        ]
+        each = [names is not None for names in gathers]
+        outs = [m.output_names()[0] for m in members]
+        result = self.var(outs[0])
+        n = len(members)
+        batched = self.fresh(outs[0], (n, *result.shape), result.dtype)
+        attrs = {
+            "op": like.type,
+            "attrs": tuple(like.attrs.items()),
+            "each": tuple(each),
+            "lists": lists,
+            "count": n,
+            "shape": tuple(result.shape),
+            "dtype": result.dtype,
+            "origins": tuple((m.name, m.location) for m in members),
+        }
+        target = any(m.is_target for m in members)
+        self.add(
+            "batched_call",
+            {"X": operands},
+            {"Batched": [batched], "Out": outs},
+            attrs,
+            like,
+            target,
+        )
+        for row, name in enumerate(outs):
+            self.rows[name] = (batched, row, n)
+        return True
+
+    def _alone(self, ops):
+        """Emits ``ops`` unbatched; a variable one of them writes is no longer a row."""
+        for op in ops:
+            self.ops.append(op)
+            for name in op.output_names():
+                self.rows.pop(name, None)
+
+    def _gather_cost(self, names):
+        """What gathering ``names`` costs (microseconds, the module docstring's model)."""
+        places = [self.rows.get(n) for n in names]
+        if self._consecutive(places):
+            return 0.0
+        return GATHER_US + WHOLE_US * sum(p is None for p in places)
+
+    @staticmethod
+    def _consecutive(places):
+        first = places[0]
+        return first is not None and all(
+            p is not None and p[0] == first[0] and p[1] == first[1] + k
+            for k, p in enumerate(places)
+        )
+
+    def _gather(self, names, like):
+        """The name of ``names`` stacked along a new leading axis: an earlier group's result
+        (or a slice of it) where they are its consecutive rows, else one ``gather_rows`` of
+        the rows of earlier results and the other arrays."""
+        places = [self.rows.get(n) for n in names]
+        if self._consecutive(places):
+            batched, start, count = places[0]
+            if start == 0 and len(names) == count:
+                return batched
+            desc = self.var(batched)
+            sliced = self.fresh(batched, (len(names), *desc.shape[1:]), desc.dtype)
+            attrs = {"axes": (0,), "starts": (start,), "ends": (start + len(names),)}
+            self.add("slice", {"X": [batched]}, {"Out": [sliced]}, attrs, like)
+            return sliced
+        sources, pieces = [], {}
+        for position, (name, place) in enumerate(zip(names, places, strict=True)):
+            if place is None:
+                sources.append(name)
+                pieces[len(sources) - 1] = ([position], None)
+                continue
+            batched, row, _ = place
+            if batched not in pieces:
+                sources.append(batched)
+                pieces[batched] = (len(sources) - 1, [], [])
+            pieces[batched][1].append(position)
+            pieces[batched][2].append(row)
+        entries = []
+        for key, piece in pieces.items():
+            if piece[1] is None:  # (a whole array, keyed by its source index)
+                entries.append((key, tuple(piece[0]), None))
+            else:
+                entries.append((piece[0], tuple(piece[1]), tuple(piece[2])))
+        member = self.var(names[0])
+        gathered = self.fresh(names[0], (len(names), *member.shape), member.dtype)
+        attrs = {
+            "pieces": tuple(entries),
+            "count": len(names),
+            "shape": tuple(member.shape),
+            "dtype": member.dtype,
+        }
+        self.add("gather_rows", {"X": sources}, {"Out": [gathered]}, attrs, like)
+        return gathered
+
+
+__all__ = ["rewrite"]

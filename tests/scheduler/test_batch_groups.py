@@ -1,0 +1,186 @@
+"""Autobatching inside compiled plans (tape/passes/batch_groups.py): which groups it batches,
+how it gathers their operands, what it leaves alone, and that the lazy steps it runs equal
+eager mode within the rounding of a product over more rows."""
+
+import numpy as np
+import pytest
+
+import ops
+import tape
+from tape.errors import FluidError
+from tape.ir import Program
+from tape.passes import batch_groups
+from tape.passes.execute import run_reference
+
+
+def _per_example_block(examples=6, terms=1):
+    """Per example ``tanh(x_i @ W)``, with W a parameter (shared), then their sum."""
+    block = Program().global_block()
+    block.create_var("W", (4, 4), "float64", persistable=True)
+    for i in range(examples):
+        block.create_var(f"x{i}", (1, 4), "float64")
+    for i in range(examples):
+        block.append_op("matmul", {"X": [f"x{i}"], "Y": ["W"]}, {"Out": [f"y{i}"]})
+    for i in range(examples):
+        block.append_op("tanh", {"X": [f"y{i}"]}, {"Out": [f"t{i}"]})
+    block.append_op("sum", {"X": [f"t{i}" for i in range(examples)]}, {"Out": ["total"]})
+    return block
+
+
+def _values(block, seed=0):
+    rng = np.random.default_rng(seed)
+    written = {n for op in block.ops for n in op.output_names()}
+    return {n: rng.standard_normal(v.shape) for n, v in block.vars.items() if n not in written}
+
+
+def _assert_same(block, batched, names):
+    values = _values(block)
+    want, got = run_reference(block, dict(values)), run_reference(batched, dict(values))
+    for name in names:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, err_msg=name)
+
+
+def test_independent_ops_of_one_signature_become_one_call_each():
+    block = _per_example_block()
+    batched = batch_groups.rewrite(block)
+    calls = [op for op in batched.ops if op.type == "batched_call"]
+    assert [(op.attrs["op"], op.attrs["count"]) for op in calls] == [("matmul", 6), ("tanh", 6)]
+    assert calls[0].attrs["each"] == (True, False)  # (W is shared: read as it is)
+    _assert_same(block, batched, ["total", *[f"t{i}" for i in range(6)]])
+
+
+def test_a_group_reads_an_earlier_groups_rows_without_gathering_them():
+    batched = batch_groups.rewrite(_per_example_block())
+    types = [op.type for op in batched.ops]
+    assert types.count("gather_rows") == 1  # the x_i, once; tanh reads the product's result
+    tanh = [op for op in batched.ops if op.type == "batched_call"][1]
+    product = [op for op in batched.ops if op.type == "batched_call"][0]
+    assert tanh.inputs["X"] == product.outputs["Batched"]
+
+
+def test_rows_in_another_order_are_gathered_in_one_copy():
+    block = _per_example_block(examples=8)
+    # (y_i + y_(i+3): one operand's rows cannot be consecutive in the group's order)
+    for i in range(8):
+        block.append_op(
+            "elementwise_add", {"X": [f"y{i}"], "Y": [f"y{(i + 3) % 8}"]}, {"Out": [f"u{i}"]}
+        )
+    batched = batch_groups.rewrite(block)
+    gathers = [op for op in batched.ops if op.type == "gather_rows"]
+    product = next(op for op in batched.ops if op.type == "batched_call")
+    assert len(gathers) in (2, 3)  # the x_i, then the adds' operands not in the group's order
+    for gather in gathers[1:]:
+        assert gather.inputs["X"] == product.outputs["Batched"]  # one copy from one result
+        ((_, positions, rows),) = gather.attrs["pieces"]
+        assert sorted(rows) == list(range(8)) and list(positions) == list(range(8))
+    assert any(list(g.attrs["pieces"][0][2]) != list(range(8)) for g in gathers[1:])
+    _assert_same(block, batched, ["total", *[f"u{i}" for i in range(8)]])
+
+
+def test_a_group_of_few_members_with_a_gather_each_stays_unbatched():
+    """Four products of per-example rows: a gather and a call cost more than four products."""
+    block = _per_example_block(examples=4)
+    assert batch_groups.rewrite(block) is block  # (so its tanh ops read loose arrays too)
+
+
+def test_groups_too_small_to_pay_for_their_gathers_stay_unbatched():
+    """Three sums of eight per-example terms: eight gathers cost more than three sums."""
+    block = Program().global_block()
+    for member in range(3):
+        for term in range(8):
+            block.create_var(f"g{member}_{term}", (2, 2), "float64")
+    for member in range(3):
+        names = [f"g{member}_{term}" for term in range(8)]
+        block.append_op("sum", {"X": names}, {"Out": [f"s{member}"]})
+    assert batch_groups.rewrite(block) is block
+
+
+def test_a_write_over_a_variable_read_before_is_a_barrier():
+    block = _per_example_block(examples=8)
+    # y1, read by a tanh, is written again after the sum: no op may move across that write
+    block.append_op("scale", {"X": ["total"]}, {"Out": ["y1"]}, {"scale": 2.0})
+    for i in range(8):
+        block.append_op("tanh", {"X": ["y1"]}, {"Out": [f"late{i}"]})
+    batched = batch_groups.rewrite(block)
+    position = next(i for i, op in enumerate(batched.ops) if op.type == "scale")
+    before = {n for op in batched.ops[:position] for n in op.output_names()}
+    assert {f"t{i}" for i in range(8)} <= before
+    assert not any(n.startswith("late") for n in before)
+    _assert_same(block, batched, ["total", "t1", "late7"])
+
+
+# -- lazy steps -----------------------------------------------------------------------------
+
+
+def _model(seed=0, examples=6):
+    rng = np.random.default_rng(seed)
+    w = tape.Variable(rng.standard_normal((4, 4)) * 0.5, requires_grad=True)
+    b = tape.Variable(rng.standard_normal((1, 4)) * 0.1, requires_grad=True)
+    xs = [rng.standard_normal((1, 4)) for _ in range(examples)]
+
+    def step(inputs=xs):
+        tape.reset_global_tape()
+        total = None
+        for x in inputs:
+            h = ops.tanh(tape.Variable(x) @ w + b)
+            loss = (h * h).sum()
+            total = loss if total is None else total + loss
+        w.clear_grad()
+        b.clear_grad()
+        tape.backward(total)
+        return total.numpy().copy(), w.grad().numpy().copy(), b.grad().numpy().copy()
+
+    return step, xs
+
+
+def test_a_repeated_per_example_step_runs_batched_and_equals_eager():
+    step, _ = _model()
+    want = step()
+    with tape.lazy(compile=True):  # (the plan every step: tier_choice may take the eager way)
+        for _ in range(8):
+            got = step()
+    explained = tape.explain()
+    assert "ops batched" in explained, explained
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("options", [{"autobatch": False}, {"exact": True}])
+def test_autobatch_false_and_exact_leave_the_plan_unbatched(options):
+    step, _ = _model()
+    want = step()
+    with tape.lazy(compile=True, **options):
+        for _ in range(8):
+            got = step()
+    assert "ops batched" not in tape.explain()
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_an_error_in_a_batched_group_names_the_member_that_failed():
+    rng = np.random.default_rng(1)
+    w = tape.Variable(np.abs(rng.standard_normal((4, 4))) + 0.1, requires_grad=True)
+
+    def step(inputs):
+        tape.reset_global_tape()
+        total = None
+        for x in inputs:
+            h = ops.log(tape.Variable(x) @ w)  # the line an error must name
+            total = h.sum() if total is None else total + h.sum()
+        w.clear_grad()
+        tape.backward(total)
+        return total.numpy()
+
+    good = [np.abs(rng.standard_normal((1, 4))) + 0.1 for _ in range(6)]
+    bad = [x.copy() for x in good]
+    bad[3][...] = 0.0  # log(0 @ w) = log(0): fails under errstate(divide="raise")
+    with tape.lazy(compile=True), np.errstate(divide="raise"):
+        for _ in range(8):
+            step(good)
+        assert "ops batched" in tape.explain()
+        with pytest.raises(FluidError) as caught:
+            step(bad)
+        assert np.isfinite(step(good))  # the failed step left nothing behind
+    message = str(caught.value)
+    assert "(log_12)" in message and "test_batch_groups.py" in message, message  # example 4
+    assert "the line an error must name" in open(__file__).read()
