@@ -8,7 +8,9 @@ compiled callable from ``ops.fusion_backends`` (cached, so each group structure 
 - ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of
   one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
-  compile (0.3-2.5 s measured) is paid back, if its loop vectorises whole: exact arithmetic, and
+  compile (0.3-2.5 s measured) is paid back (``NUMBA_CACHED_SECONDS`` where its kernel was
+  compiled on this machine before and is loaded from disk: ``fusion_backends.kernel_cache``),
+  if its loop vectorises whole: exact arithmetic, and
   the libm functions ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
   tanh in float32). Measured (benchmarks/README.md): 2-6x faster than blocked numpy on exact
   arithmetic at every size, and 2-3x on the chain's forward (tanh, sigmoid) at 4M. An expression
@@ -41,6 +43,9 @@ BACKENDS = ("auto", "reference", "blocked", "numba", "cupy")
 # Seconds an expression runs in numpy before auto compiles it with numba (about the compile time
 # measured, benchmarks/README.md); and the largest expression with scalar libm calls it moves.
 NUMBA_AFTER_SECONDS = 0.5
+# Seconds after which an expression whose kernel was compiled on this machine before (kept on
+# disk: ops.fusion_backends.kernel_cache) moves: about what loading it costs.
+NUMBA_CACHED_SECONDS = 0.02
 NUMBA_LIBM_MAX_SIZE = 1024
 _CACHE_SIZE = 256
 
@@ -169,13 +174,14 @@ class _Adaptive:
     """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS``; then numba, where it
     is installed and measured faster (see the module docstring)."""
 
-    __slots__ = ("expression", "run", "spent", "backend", "exact", "__weakref__")
+    __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "__weakref__")
 
     def __init__(self, expression, run, exact=False):
         from ops.fusion_backends import numba_loops
 
         self.expression, self.run, self.spent, self.exact = expression, run, 0.0, exact
         self.backend = getattr(run, "backend", "blocked")
+        self.after = None  # (the seconds it waits: decided at its first run)
         if not (numba_loops.available() and numba_loops.covers(expression)):
             self.spent = None  # never moves
         elif expression.size > NUMBA_LIBM_MAX_SIZE and numba_loops.scalar_libm(expression):
@@ -184,10 +190,15 @@ class _Adaptive:
     def __call__(self, *inputs):
         if self.spent is None:
             return self.run(*inputs)
+        if self.after is None:
+            from ops.fusion_backends import numba_loops
+
+            cached = numba_loops.compiled_before(self.expression, not self.exact)
+            self.after = NUMBA_CACHED_SECONDS if cached else NUMBA_AFTER_SECONDS
         start = time.perf_counter()
         outs = self.run(*inputs)
         self.spent += time.perf_counter() - start
-        if self.spent >= NUMBA_AFTER_SECONDS:
+        if self.spent >= min(self.after, NUMBA_AFTER_SECONDS):
             from ops.fusion_backends import numba_loops
 
             self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)

@@ -1,9 +1,19 @@
 """Test-suite settings: a hypothesis profile for CI (``CI`` set in the environment), which writes
-no example database into the clone and prints the blob that reproduces a failure."""
+no example database into the clone and prints the blob that reproduces a failure; a kernel
+cache directory of the run's own."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 from hypothesis import settings
+
+# Generated numba kernels go to a directory of this run's own, not the user's cache
+# (ops.fusion_backends.kernel_cache), unless one is set on purpose.
+if "FLUIDTAPE_CACHE_DIR" not in os.environ:
+    os.environ["FLUIDTAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="fluidtape-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["FLUIDTAPE_CACHE_DIR"], ignore_errors=True)
 
 settings.register_profile("ci", database=None, print_blob=True, deadline=None)
 if os.environ.get("CI"):

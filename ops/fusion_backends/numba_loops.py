@@ -43,7 +43,7 @@ import numpy as np
 
 from ops import buffers
 from ops.fused_expression import is_ref
-from ops.fusion_backends import reference, with_located_errors
+from ops.fusion_backends import kernel_cache, reference, with_located_errors
 from ops.fusion_backends.table import Constant, rule_for
 
 _TYPES = frozenset({"float32", "float64", "bool"})
@@ -323,6 +323,24 @@ def _render(step, dtype, names, dtypes):
     return rule.render(args, dict(step.attrs), k)
 
 
+def compiled_before(expression, vectorised=True):
+    """Whether ``expression``'s kernel was compiled on this machine before and is kept on disk
+    (``kernel_cache``): loading it costs milliseconds, not a compile."""
+    chunks = chunks_for(expression)
+    source = generate(expression, chunks, Packing(expression, chunks))
+    return kernel_cache.compiled_before(source, vectorised)
+
+
+def kernel_globals(vectorised=True):
+    """The names generated code uses: the helpers, and ``np`` (``vecmath``'s stand-in where
+    ``vectorised``)."""
+    from ops.fusion_backends import vecmath
+
+    namespace = dict(_helpers())
+    namespace["np"] = vecmath.namespace() if vectorised else np
+    return namespace
+
+
 @functools.lru_cache(maxsize=1)
 def _helpers():
     import numba
@@ -391,15 +409,12 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
     calls. Large expressions run their outermost axis in ``chunks_for`` parallel chunks."""
     import numba
 
-    from ops.fusion_backends import vecmath
-
-    namespace = dict(_helpers())
-    namespace["np"] = vecmath.namespace() if vectorised else np
     chunks = chunks_for(expression)
     packing = Packing(expression, chunks)
     source = generate(expression, chunks, packing)
-    exec(source, namespace)  # noqa: S102  (source from the rule table)
-    loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1)(namespace.pop("fused"))
+    fused, cached = kernel_cache.function(source, vectorised, kernel_globals(vectorised))
+    loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1, cache=cached)(fused)
+    unmarked = [cached]  # (whether the first run, which compiles, is still to be noted)
     alone = [
         (i, expression.step_shapes[expression.outputs[i]], np.dtype(expression.dtypes[i]))
         for i in packing.alone
@@ -418,6 +433,9 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
             loops(*inputs, *own, *flats, *accs)
         else:
             threads.call(loops, *inputs, *own, *flats, *accs)
+        if unmarked[0]:
+            unmarked[0] = False
+            kernel_cache.mark_compiled(source, vectorised)
         if whole:
             outs = list(flats[0].reshape(blocks[0][1]))
         else:

@@ -21,12 +21,15 @@ pays one kernel call per group.
 
 A group is batched only where that is cheaper than its members' instructions, by a cost model
 measured on the ``scaling`` trees' plan (2-core machine, numpy, float32): a plan instruction of
-a small op costs ~2 us (``MEMBER_US``), a ``batched_call`` ~5 us (``CALL_US``), a
-``gather_rows`` ~5 us (``GATHER_US``) plus ~0.3 us per whole array it places
-(``WHOLE_US``), and reading an earlier group's consecutive rows nothing. So a group of three
-sums of eight gradient terms (eight gathers) runs unbatched, while 25 products with a shared
-weight (one gather) batch. The interpreted tier's threshold (``autobatch.MIN_GROUP``) assumes
-~5 us per unbatched op, which a plan does not pay.
+a small op costs ~2 us (``MEMBER_US``), an elementwise one whose operands unbatched elementwise
+ops make ~0.2 us (``FUSED_US``: the fusion pass makes it a step of their fused kernel), a
+``batched_call`` ~5 us (``CALL_US``), a
+``gather_rows`` ~5 us (``GATHER_US``) plus ~0.3 us per whole array it places (``WHOLE_US``),
+and reading an earlier group's consecutive rows nothing. So a group of three sums of eight
+gradient terms (eight gathers) runs unbatched, and so do the 600 gradient terms of the
+``scaling`` chain's one parameter (they fuse), while 25 products with a shared weight (one
+gather) batch, and so does the ``tanh`` of their rows. The interpreted tier's threshold
+(``autobatch.MIN_GROUP``) assumes ~5 us per unbatched op, which a plan does not pay.
 
 Cost: one adapter per op and variable, then ``autobatch.schedule``'s linear scans and agenda:
 O(n log n) in the block's length, once per plan.
@@ -40,7 +43,7 @@ from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import autobatch
 
-MEMBER_US, CALL_US, GATHER_US, WHOLE_US = 2.0, 5.0, 5.0, 0.3
+MEMBER_US, FUSED_US, CALL_US, GATHER_US, WHOLE_US = 2.0, 0.2, 5.0, 5.0, 0.3
 
 
 class _Var:
@@ -116,6 +119,9 @@ class _Emitter:
     def __init__(self, block):
         self.block, self.new_vars, self.ops = block, {}, []
         self.rows = {}  # member output name -> (batched result name, row, members)
+        self.elementwise = {  # output name -> whether an elementwise op makes it
+            name: REGISTRY[op.type].elementwise for op in block.ops for name in op.output_names()
+        }
         self.counter = itertools.count()
 
     def var(self, name):
@@ -163,8 +169,14 @@ class _Emitter:
                     None if autobatch.shared(arg) else [m.inputs[slot][0] for m in members]
                 )
                 shared.append(arg.name)
-        cost = CALL_US + sum(self._gather_cost(names) for names in gathers if names is not None)
-        if cost >= MEMBER_US * len(members):
+        read = [names for names in gathers if names is not None]
+        cost = CALL_US + sum(self._gather_cost(names) for names in read)
+        # (an elementwise op reading only what unbatched elementwise ops make fuses into
+        # their kernel)
+        fuses = defn.elementwise and all(
+            n not in self.rows and self.elementwise.get(n, False) for names in read for n in names
+        )
+        if cost >= (FUSED_US if fuses else MEMBER_US) * len(members):
             self._alone(members)  # (cheaper one by one: see the module docstring)
             return False
         operands = [

@@ -184,3 +184,25 @@ def test_an_error_in_a_batched_group_names_the_member_that_failed():
     message = str(caught.value)
     assert "(log_12)" in message and "test_batch_groups.py" in message, message  # example 4
     assert "the line an error must name" in open(__file__).read()
+
+
+@pytest.mark.parametrize("producer", ["tanh", "matmul"])
+def test_elementwise_ops_reading_what_elementwise_ops_make_are_left_to_fusion(producer):
+    """Terms h_i * p of a chain h_(i+1) = f(h_i): after tanh they fuse into the chain's kernels
+    (cheaper than gathering them); after products they batch."""
+    block = Program().global_block()
+    block.create_var("h0", (1, 4), "float64")
+    block.create_var("W", (4, 4), "float64", persistable=True)
+    block.create_var("p", (1, 4), "float64", persistable=True)
+    for i in range(8):
+        inputs = {"X": [f"h{i}"]} if producer == "tanh" else {"X": [f"h{i}"], "Y": ["W"]}
+        block.append_op(producer, inputs, {"Out": [f"h{i + 1}"]})
+    for i in range(8):
+        block.append_op("elementwise_mul", {"X": [f"h{i + 1}"], "Y": ["p"]}, {"Out": [f"g{i}"]})
+    batched = batch_groups.rewrite(block)
+    if producer == "tanh":
+        assert batched is block
+    else:
+        calls = [op.attrs["op"] for op in batched.ops if op.type == "batched_call"]
+        assert calls == ["elementwise_mul"]
+        _assert_same(block, batched, [f"g{i}" for i in range(8)])
