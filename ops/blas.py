@@ -1,9 +1,10 @@
 """BLAS thread control for numpy's BLAS (OpenBLAS or MKL), with no dependency beyond ctypes.
 
 Measured here: OpenBLAS threads even tiny products, and on 2 shared cores that makes a 16x64 @
-64x512 product several times slower than on one thread. ``single_threaded_below`` lets kernels
-run small products on one thread; ``set_num_threads`` is the user's knob (as
-``torch.set_num_threads``). Where the library cannot be found, everything degrades to a no-op.
+64x512 product several times slower than on one thread (on 2 idle cores, twice as fast:
+``ops.matmul.ThreadChoice`` measures which). ``single_threaded`` lets kernels run a product on
+one thread; ``set_num_threads`` is the user's knob (as ``torch.set_num_threads``). Where the
+library cannot be found, everything degrades to a no-op.
 """
 
 from __future__ import annotations

@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
 from ops import batching
-from ops.blas import single_threaded
+from ops.blas import single_threaded, single_threaded_open
 from ops.infer import broadcast_shapes, result_dtype
 from ops.registry import Attr, register
 from tape.errors import ShapeError
 from tape.tape import apply
 
-# Below this many multiply-adds a product runs on one BLAS thread: waking a second thread costs
-# more than it saves (measured here: a 16x64 @ 64x512 product, as in an LSTM step, is several
-# times slower on two shared cores than on one).
+# Between UNTHREADED and this many multiply-adds, whether a product runs on one BLAS thread or
+# on all is measured (``ThreadChoice``): on two cores other processes keep busy, waking a second
+# thread costs more than it saves (a 16x64 @ 64x512 product, as in an LSTM step, was several
+# times slower on two threads than on one), on two idle cores it halves the time (16x128 @
+# 128x512: 27 -> 15 us; the LSTM benchmark's eager step 10.6 -> 7.7 ms). Above it, all threads.
 SMALL_PRODUCT = 1 << 21
 # Below this many multiply-adds OpenBLAS itself runs a product on one thread (its thresholds:
 # 9216 matrix elements for a matrix-vector product, 2^18 multiply-adds for a matrix product),
@@ -28,9 +31,10 @@ UNTHREADED = 1 << 13
 def product(xp, x, y):
     """x @ y, with the BLAS choices measured fastest here (numpy with OpenBLAS, 2 cores).
 
-    A product below ``SMALL_PRODUCT`` multiply-adds runs on one BLAS thread (on one already,
-    below ``UNTHREADED``). A small product of a short X and a transposed weight view (``x @
-    W.T``, as in an LSTM step with PyTorch's weight layout) is computed as ``(W @ x.T).T``:
+    A product below ``SMALL_PRODUCT`` multiply-adds runs on one BLAS thread or on all, as
+    ``ThreadChoice`` measures faster (on one, below ``UNTHREADED``). A small product of a short
+    X and a transposed weight view (``x @ W.T``, as in an LSTM step with PyTorch's weight
+    layout) is computed as ``(W @ x.T).T``:
     OpenBLAS's transposed-B path was ~2x slower there. Large products keep the plain form: their
     F-ordered result made the next elementwise op (relu_grad in an MLP backward) 3x slower than
     the product gained.
@@ -49,8 +53,7 @@ def product(xp, x, y):
             return x @ y
         if macs < UNTHREADED:
             return _small_product(x, y)
-        with single_threaded():
-            return _small_product(x, y)
+        return _CHOICES[macs.bit_length()].run(_small_product, x, y)
     if x.ndim >= 2 and y.ndim >= 2 and x.shape[-1] == 1 == y.shape[-2]:
         return x * y
     if xp is not np:
@@ -59,9 +62,51 @@ def product(xp, x, y):
     if macs < UNTHREADED:
         return xp.matmul(x, y)
     if macs < SMALL_PRODUCT:
-        with single_threaded():
-            return xp.matmul(x, y)
+        return _CHOICES[macs.bit_length()].run(np.matmul, x, y)
     return xp.matmul(x, y)
+
+
+class ThreadChoice:
+    """Whether products of one size class (multiply-adds within a power of two) run on one BLAS
+    thread or on all: measured, as the machine's load decides (``SMALL_PRODUCT``'s comment).
+    The first ``2 * PROBES`` products alternate, then the faster by median runs for ``KEEP``
+    products, then both are probed again. Inside a ``single_threaded`` block (a lazy plan's pool
+    workers) a product runs as the block says, untimed."""
+
+    PROBES, KEEP = 3, 512
+    __slots__ = ("one", "every", "threaded", "left")
+
+    def __init__(self):
+        self.one, self.every, self.threaded, self.left = [], [], False, 0
+
+    def run(self, alone, x, y):
+        """x @ y: with ``alone`` (the single-threaded product) on one thread, plainly on all."""
+        if self.left > 0:
+            self.left -= 1
+            if self.threaded:
+                return x @ y
+            if single_threaded_open():
+                return alone(x, y)
+            with single_threaded():
+                return alone(x, y)
+        if single_threaded_open():
+            return alone(x, y)
+        threaded = len(self.every) < len(self.one)
+        started = time.perf_counter()
+        if threaded:
+            out = x @ y
+        else:
+            with single_threaded():
+                out = alone(x, y)
+        (self.every if threaded else self.one).append(time.perf_counter() - started)
+        if len(self.one) >= self.PROBES and len(self.every) >= self.PROBES:
+            middle = self.PROBES // 2
+            self.threaded = sorted(self.every)[middle] < sorted(self.one)[middle]
+            self.one, self.every, self.left = [], [], self.KEEP
+        return out
+
+
+_CHOICES = [ThreadChoice() for _ in range(SMALL_PRODUCT.bit_length() + 1)]
 
 
 def _small_product(x, y):

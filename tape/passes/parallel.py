@@ -10,7 +10,8 @@ is the same on every run of a plan):
   writes; plus ``DISPATCH_SECONDS`` of Python per instruction, which holds the GIL;
 - in program order (``sequential``): the sum of these, a product of at least
   ``ops.matmul.SMALL_PRODUCT`` multiply-adds counted ``BLAS_SPEEDUP`` times faster, because there
-  it runs on the process's BLAS threads (on the pool each worker's BLAS runs on one thread);
+  it runs on the process's BLAS threads (on the pool each worker's BLAS runs on one thread;
+  smaller products run on one or all as ``ops.matmul.ThreadChoice`` measured: counted on one);
 - on ``workers`` threads (``threaded``): ``START_SECONDS`` (waking the pool and joining it) plus
   the largest of three bounds: the critical path (the longest chain of dependent instructions;
   no schedule beats it), the total work divided by the workers, and the Python of every

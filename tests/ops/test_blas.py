@@ -105,7 +105,7 @@ def test_outer_products_equal_numpy_bit_for_bit(x_shape, y_shape, dtypes):
     [
         ((1, 32), (32, 32), False),  # a tree node's product: OpenBLAS runs it on one thread
         ((4, 1, 32), (32, 32), False),  # batched, as small
-        ((16, 64), (64, 512), True),  # an LSTM step's: one thread on purpose
+        ((16, 64), (64, 512), True),  # an LSTM step's: measured, one thread first
         ((256, 256), (256, 256), False),  # large: every BLAS thread
     ],
 )
@@ -122,7 +122,66 @@ def test_only_products_openblas_would_thread_switch_to_one_thread(
             pass
 
     monkeypatch.setattr(matmul_module, "single_threaded", Recorded)
+    monkeypatch.setattr(matmul_module, "_CHOICES", _fresh_choices())
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(x_shape), rng.standard_normal(y_shape)
     np.testing.assert_allclose(matmul_module.product(np, x, y), np.matmul(x, y), rtol=1e-12)
     assert bool(switched) == switches
+
+
+def _fresh_choices():
+    return [matmul_module.ThreadChoice() for _ in matmul_module._CHOICES]
+
+
+@pytest.mark.parametrize("threads_faster", [True, False])
+def test_mid_size_products_run_on_the_thread_count_measured_faster(monkeypatch, threads_faster):
+    """Probes alternate one thread and all; the faster by median is kept for KEEP products."""
+    alone = []  # one entry per product run in a single_threaded block
+    clock = {"now": 0.0, "started": None}
+
+    class Recorded:
+        def __enter__(self):
+            alone.append(True)
+
+        def __exit__(self, *exc):
+            pass
+
+    class Clock:
+        """Each timed run takes 1 s on the faster thread count, 2 s on the other."""
+
+        @staticmethod
+        def perf_counter():
+            if clock["started"] is None:  # (a run starts)
+                clock["started"] = len(alone)
+            else:  # (it ends: on one thread if it entered a single_threaded block)
+                one_thread = len(alone) > clock["started"]
+                clock["now"] += 2.0 if one_thread == threads_faster else 1.0
+                clock["started"] = None
+            return clock["now"]
+
+    monkeypatch.setattr(matmul_module, "single_threaded", Recorded)
+    monkeypatch.setattr(matmul_module, "time", Clock)
+    monkeypatch.setattr(matmul_module, "_CHOICES", _fresh_choices())
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((16, 64)), rng.standard_normal((64, 512))
+    choice = matmul_module._CHOICES[(16 * 64 * 512).bit_length()]
+    probes = 2 * matmul_module.ThreadChoice.PROBES
+    for _ in range(probes):
+        np.testing.assert_allclose(matmul_module.product(np, x, y), x @ y, rtol=1e-12)
+    assert len(alone) == probes // 2  # (alternating)
+    assert choice.threaded == threads_faster and choice.left == matmul_module.ThreadChoice.KEEP
+    alone.clear()
+    for _ in range(5):
+        np.testing.assert_allclose(matmul_module.product(np, x, y), x @ y, rtol=1e-12)
+    assert len(alone) == (0 if threads_faster else 5)
+
+
+def test_products_inside_a_single_threaded_block_are_not_timed(monkeypatch):
+    monkeypatch.setattr(matmul_module, "_CHOICES", _fresh_choices())
+    monkeypatch.setattr(matmul_module, "single_threaded_open", lambda: True)
+    rng = np.random.default_rng(4)
+    x, y = rng.standard_normal((16, 64)), rng.standard_normal((64, 512))
+    for _ in range(10):
+        np.testing.assert_allclose(matmul_module.product(np, x, y), x @ y, rtol=1e-12)
+    choice = matmul_module._CHOICES[(16 * 64 * 512).bit_length()]
+    assert choice.one == [] and choice.every == [] and choice.left == 0
