@@ -4,6 +4,7 @@ eager mode within the rounding of a product over more rows."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import ops
 import tape
@@ -11,6 +12,7 @@ from tape.errors import FluidError
 from tape.ir import Program
 from tape.passes import batch_groups
 from tape.passes.execute import run_reference
+from tests.scheduler.test_autobatch import _forest, _forests
 
 
 def _per_example_block(examples=6, terms=1):
@@ -206,3 +208,23 @@ def test_elementwise_ops_reading_what_elementwise_ops_make_are_left_to_fusion(pr
         calls = [op.attrs["op"] for op in batched.ops if op.type == "batched_call"]
         assert calls == ["elementwise_mul"]
         _assert_same(block, batched, [f"g{i}" for i in range(8)])
+
+
+# -- random forests (the interpreted tier's property test, run as compiled plans) -----------
+
+
+@settings(max_examples=30, deadline=None)  # (about a third form batched groups)
+@given(_forests())
+def test_a_compiled_forest_batched_equals_eager_mode(examples):
+    """Random per-example programs over shared parameters, with held intermediates: a plan
+    that autobatches computes eager mode's values and gradients within rounding."""
+    want = _forest(examples, "eager")
+    got = _forest(examples, {"compile": True})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    for name in want[2]:
+        if want[2][name] is None:
+            assert got[2][name] is None, name
+        else:
+            np.testing.assert_allclose(got[2][name], want[2][name], rtol=1e-11, atol=1e-12)
