@@ -127,6 +127,8 @@ class _Emitter:
             name: REGISTRY[op.type].elementwise for op in block.ops for name in op.output_names()
         }
         self.counter = itertools.count()
+        self.views = {}  # a split's input seen as rows, not yet emitted: name -> (input, split)
+        self.sources = {}  # a split's input -> the name of its view as rows
 
     def var(self, name):
         return self.new_vars.get(name) or self.block.vars[name]
@@ -216,11 +218,42 @@ class _Emitter:
         return True
 
     def _alone(self, ops):
-        """Emits ``ops`` unbatched; a variable one of them writes is no longer a row."""
+        """Emits ``ops`` unbatched; a variable one of them writes is no longer a row, except
+        the pieces of a ``split`` into equal parts along axis 0 (``batch_products``' joined
+        products), which are rows of its input seen as (parts, *part shape)."""
         for op in ops:
             self.ops.append(op)
             for name in op.output_names():
                 self.rows.pop(name, None)
+                view = self.sources.pop(name, None)
+                if view is not None:  # (a split's input written again: its rows are stale)
+                    self.views.pop(view, None)
+                    self.rows = {n: p for n, p in self.rows.items() if p[0] != view}
+            if op.type == "split" and op.attrs["axis"] == 0:
+                self._split_rows(op)
+
+    def _split_rows(self, op):
+        outs, (source,) = op.outputs["Out"], op.inputs["X"]
+        shapes = {tuple(self.var(n).shape) for n in outs}
+        if len(shapes) != 1 or any(self.rows.get(n) for n in outs):
+            return
+        (shape,) = shapes
+        whole = self.var(source)
+        if not shape or len(outs) * shape[0] != whole.shape[0]:
+            return
+        view = self.fresh(source, (len(outs), *shape), whole.dtype)
+        self.views[view], self.sources[source] = (source, op), view
+        for row, name in enumerate(outs):
+            self.rows[name] = (view, row, len(outs))
+
+    def _reading(self, name):
+        """``name``, emitting first the reshape that makes it where it is a split's view."""
+        pending = self.views.pop(name, None)
+        if pending is not None:
+            source, like = pending
+            shape = tuple(self.new_vars[name].shape)
+            self.add("reshape", {"X": [source]}, {"Out": [name]}, {"shape": shape}, like)
+        return name
 
     def _gather_cost(self, names):
         """What gathering ``names`` costs (microseconds, the module docstring's model)."""
@@ -245,8 +278,8 @@ class _Emitter:
         if self._consecutive(places):
             batched, start, count = places[0]
             if start == 0 and len(names) == count:
-                return batched
-            desc = self.var(batched)
+                return self._reading(batched)
+            desc = self.var(self._reading(batched))
             sliced = self.fresh(batched, (len(names), *desc.shape[1:]), desc.dtype)
             attrs = {"axes": (0,), "starts": (start,), "ends": (start + len(names),)}
             self.add("slice", {"X": [batched]}, {"Out": [sliced]}, attrs, like)
@@ -259,7 +292,7 @@ class _Emitter:
                 continue
             batched, row, _ = place
             if batched not in pieces:
-                sources.append(batched)
+                sources.append(self._reading(batched))
                 pieces[batched] = (len(sources) - 1, [], [])
             pieces[batched][1].append(position)
             pieces[batched][2].append(row)

@@ -175,6 +175,19 @@ def _check_memory(memory, deps):
             )
 
 
+def _operand(name, gathered, makers):
+    """How a batched group reads one operand, for ``explain``."""
+    if not gathered:
+        return f"{name} shared"
+    maker = makers.get(name)
+    if maker is None or maker.type not in ("gather_rows", "slice"):
+        return f"{name}: an earlier group's rows"
+    if maker.type == "slice":
+        return f"{name}: a slice of an earlier group's rows"
+    copies = len(maker.inputs["X"])
+    return f"{name}: gathered from {copies} source{'s' if copies != 1 else ''}"
+
+
 def _report(name, text):
     print(f"[fluidtape scheduler] {name}: {text}", file=sys.stderr)
 
@@ -202,6 +215,7 @@ def explain(compiled, cache=None) -> str:
         lines.append(f"  {var}: used by {', '.join(before)}; {where}")
     if rewritten(compiled):
         lines.append(f"rewrites: {len(pruned.ops)} ops -> {len(block.ops)} instructions")
+        makers = {name: op for op in block.ops for name in op.output_names()}
         seen = set()  # ops already computed by an earlier fused kernel: recomputed here
         for op in block.ops:
             if op.type == "fused_elementwise":
@@ -215,7 +229,11 @@ def explain(compiled, cache=None) -> str:
                 seen.update(names)
             elif op.type == "batched_call":
                 count, kind = op.attrs["count"], op.attrs["op"]
-                lines.append(f"  {op.name}: {count} {kind} ops batched")
+                reads = ", ".join(
+                    _operand(name, gathered, makers)
+                    for name, gathered in zip(op.inputs["X"], op.attrs["each"], strict=True)
+                )
+                lines.append(f"  {op.name}: {count} {kind} ops batched ({reads})")
             elif "/batched_" in (op.name or ""):
                 lines.append(f"  {op.name}: batched {op.type}")
     if cache is not None:

@@ -228,3 +228,34 @@ def test_a_compiled_forest_batched_equals_eager_mode(examples):
             assert got[2][name] is None, name
         else:
             np.testing.assert_allclose(got[2][name], want[2][name], rtol=1e-11, atol=1e-12)
+
+
+def _split_block(rewrite_source=False):
+    """Products joined into one and split again (as ``batch_products`` leaves them), then a
+    tanh of each piece; optionally the joined product is written again in between."""
+    block = Program().global_block()
+    block.create_var("x", (8, 4), "float64")
+    block.create_var("W", (4, 4), "float64", persistable=True)
+    block.append_op("matmul", {"X": ["x"], "Y": ["W"]}, {"Out": ["joined"]})
+    pieces = [f"piece{i}" for i in range(8)]
+    block.append_op("split", {"X": ["joined"]}, {"Out": pieces}, {"sections": (1,) * 8})
+    if rewrite_source:
+        block.append_op("scale", {"X": ["x"]}, {"Out": ["joined"]}, {"scale": 3.0})
+    for i, piece in enumerate(pieces):
+        block.append_op("tanh", {"X": [piece]}, {"Out": [f"t{i}"]})
+    return block
+
+
+def test_the_pieces_of_a_split_are_read_as_rows_of_its_input():
+    block = _split_block()
+    batched = batch_groups.rewrite(block)
+    types = [op.type for op in batched.ops]
+    assert "gather_rows" not in types and "reshape" in types  # (the input seen as 8 rows)
+    _assert_same(block, batched, [f"t{i}" for i in range(8)])
+
+
+def test_a_split_input_written_again_is_not_read_as_rows():
+    block = _split_block(rewrite_source=True)
+    batched = batch_groups.rewrite(block)
+    assert "reshape" not in [op.type for op in batched.ops]
+    _assert_same(block, batched, [f"t{i}" for i in range(8)])
