@@ -10,8 +10,8 @@ compiled callable from ``ops.fusion_backends`` (cached, so each group structure 
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
   compile (0.3-2.5 s measured) is paid back (``NUMBA_CACHED_SECONDS`` where its kernel was
   compiled on this machine before and is loaded from disk: ``fusion_backends.kernel_cache``),
-  if its loop vectorises whole: exact arithmetic, and
-  the libm functions ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
+  if its loop vectorises whole: exact arithmetic, and the libm functions
+  ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
   tanh in float32). Measured (benchmarks/README.md): 2-6x faster than blocked numpy on exact
   arithmetic at every size, and 2-3x on the chain's forward (tanh, sigmoid) at 4M. An expression
   calling another libm function (log, sin, float64 tanh, ...) moves only with at most
@@ -171,8 +171,9 @@ def _compile(expression, xp, name):
 
 
 class _Adaptive:
-    """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS``; then numba, where it
-    is installed and measured faster (see the module docstring)."""
+    """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS`` (its compile), or
+    ``NUMBA_CACHED_SECONDS`` where its kernel is on disk (its load); then numba, where it is
+    installed and measured faster (see the module docstring)."""
 
     __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "__weakref__")
 
