@@ -142,3 +142,10 @@ def test_many_arrays_keep_the_loop_nest():
     expression = Expression(inputs, shape, steps, (len(steps) - 1,), (), ("float32",))
     assert not numba_loops.flat_loop(expression, 1)
     _assert_like_reference(expression, _inputs(expression))
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (3, 0), (1, 1)], ids=["no-rows", "no-columns", "one"])
+def test_size_zero_and_size_one_shapes_pack_too(shape):
+    expression = _ladder(shape, "float32", 3)
+    outs = _assert_like_reference(expression, _inputs(expression))
+    assert all(o.shape == shape for o in outs)
