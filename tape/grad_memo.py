@@ -4,7 +4,8 @@ asks each maker once per form, not once per op.
 Makers build their gradients from registered ops and from the shapes, dtypes and flags of what
 they are given (the registry's rule, which ``tape.replay`` relies on too), so two ops of one
 *form* -- definition and gradient maker, attribute values, per input, output and output
-gradient its shape, dtype and flags, and which of them are one and the same Variable -- get the
+gradient its shape, dtype and flags, which of them are one and the same Variable, and the
+current place's array module (where the maker's constants are made) -- get the
 same gradient ops, wired the same way. ``tape.replay`` replays a whole backward when the whole
 tape repeats; a graph that follows the data (a tree, a sentence) repeats only op by op: the same
 layer at every node. So a lazy backward keeps, per form seen twice, what its maker recorded (a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import operator
 
+from ops.xp import default_module
 from tape.op_handle import OpHandle
 from tape.remembered import Remembered
 from tape.replay import _entry, append_fetched
@@ -77,7 +79,10 @@ def form(op, gouts):
             descs.append((var.shape, var.dtype, var.requires_grad, var._leaf, var.persistable))
             ids.append(id(var))
     aliases = None if len(set(ids)) == len(ids) else tuple(map(ids.index, ids))
-    key = (defn, defn.grad_maker, tuple(op.attrs.values()), layout, tuple(descs), aliases)
+    # (and the current place's array module: a maker's constants for a lazy Variable are made
+    # there, so a recipe learnt on the CPU, or another device, must not replay them here)
+    place = default_module()
+    key = (defn, defn.grad_maker, tuple(op.attrs.values()), layout, tuple(descs), aliases, place)
     try:
         hash(key)
     except TypeError:  # an attribute holding a list or an array

@@ -97,3 +97,32 @@ def test_checkpoints_round_trip_through_the_emulated_gpu(tmp_path):
         for p, value in zip(_params(model), saved, strict=True):
             assert isinstance(p.value(), DeviceArray)
             np.testing.assert_array_equal(to_numpy(p.value()), value)
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"compile": True, "autobatch": False}], ids=["default", "compiled"]
+)
+def test_a_lazy_structure_learnt_on_the_cpu_runs_on_the_gpu_after_it(options):
+    """Gradient recipes remembered on the CPU (tape.grad_memo) made host constants; the same
+    structure run on the GPU afterwards in the same process must not replay them there."""
+
+    def run(device=None):
+        upload = (lambda a: a) if device is None else device.asarray
+        rng = np.random.default_rng(0)
+        w = tape.Variable(upload((rng.standard_normal((4, 4)) * 0.5).astype(np.float32)))
+        w.requires_grad = True
+        xs = [upload(rng.standard_normal((1, 4)).astype(np.float32)) for _ in range(6)]
+        with tape.lazy(**options):
+            for _ in range(5):
+                tape.reset_global_tape()
+                total = ops.sum([(ops.tanh(tape.Variable(x) @ w) ** 2).sum() for x in xs])
+                w.clear_grad()
+                tape.backward(total)
+        return to_numpy(total.value()), to_numpy(w.grad().value())
+
+    cpu = run()
+    device = EmulatedDevice()
+    with installed(device), tape.device("gpu"):
+        gpu = run(device)
+    for got, want in zip(gpu, cpu, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
