@@ -161,8 +161,10 @@ class _Gather:
 
     def __call__(self, xp, attrs, xs):
         out = xp.empty(self.shape, self.dtype)
+        host = xp is np
         for source, where, rows in self.steps:
-            out[where] = xs[source] if rows is None else xs[source][rows]
+            x = xs[source] if host else xp.asarray(xs[source])  # (a host constant, on a GPU)
+            out[where] = x if rows is None else x[rows]
         return out
 
 

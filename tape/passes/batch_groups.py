@@ -153,12 +153,13 @@ class _Emitter:
             if rule is None:
                 self._alone([block.ops[m] for m in members])
             else:
-                batched |= self._group([block.ops[m] for m in members], adapters[members[0]])
+                ops = [block.ops[m] for m in members]
+                batched |= self._group(ops, adapters[members[0]], rule)
         if not batched:
             return block
         return Block({**block.vars, **self.new_vars}, self.ops, block.idx)
 
-    def _group(self, members, first):
+    def _group(self, members, first, rule):
         like, defn = members[0], first.defn
         lists = first.args[0].__class__ is list
         if lists:  # (the list rule: one operand per position of the one list slot)
@@ -175,6 +176,7 @@ class _Emitter:
                     None if autobatch.shared(arg) else [m.inputs[slot][0] for m in members]
                 )
                 shared.append(arg.name)
+            self._share_common(gathers, first, rule)
         read = [names for names in gathers if names is not None]
         cost = CALL_US + sum(self._gather_cost(names) for names in read)
         # (an elementwise op reading only what unbatched elementwise ops make fuses into
@@ -216,6 +218,18 @@ class _Emitter:
         for row, name in enumerate(outs):
             self.rows[name] = (batched, row, n)
         return True
+
+    @staticmethod
+    def _share_common(gathers, first, rule):
+        """Reads as shared (not gathered) an operand every member reads from one variable (a
+        constant of the gradient ops), where the rule accepts it so."""
+        for k, names in enumerate(gathers):
+            if names is None or any(n != names[0] for n in names):
+                continue
+            each = [g is not None and j != k for j, g in enumerate(gathers)]
+            shapes = [tuple(arg.shape) for arg in first.args]
+            if rule.accepts(dict(first.attrs), shapes, each):
+                gathers[k] = None
 
     def _alone(self, ops):
         """Emits ``ops`` unbatched; a variable one of them writes is no longer a row, except

@@ -259,3 +259,36 @@ def test_a_split_input_written_again_is_not_read_as_rows():
     batched = batch_groups.rewrite(block)
     assert "reshape" not in [op.type for op in batched.ops]
     _assert_same(block, batched, [f"t{i}" for i in range(8)])
+
+
+def test_a_batched_plan_on_the_emulated_gpu_equals_the_cpu():
+    from tape.testing_device import DeviceArray, EmulatedDevice, installed
+
+    def run(device=None):
+        upload = (lambda a: a) if device is None else device.asarray
+        rng = np.random.default_rng(0)
+        w = tape.Variable(upload((rng.standard_normal((4, 4)) * 0.5).astype(np.float32)))
+        w.requires_grad = True
+        xs = [upload(rng.standard_normal((1, 4)).astype(np.float32)) for _ in range(12)]
+
+        def step():
+            tape.reset_global_tape()
+            losses = [(ops.tanh(tape.Variable(x) @ w) ** 2).sum() for x in xs]
+            total = ops.sum(losses)
+            w.clear_grad()
+            tape.backward(total)
+            return total, w.grad()
+
+        with tape.lazy(compile=True):
+            for _ in range(6):
+                total, grad = step()
+        assert "ops batched" in tape.explain()
+        return total, grad
+
+    cpu_total, cpu_grad = run()
+    device = EmulatedDevice()
+    with installed(device), tape.device("gpu"):
+        gpu_total, gpu_grad = run(device)
+        assert isinstance(gpu_grad.value(), DeviceArray)
+        np.testing.assert_allclose(gpu_total.numpy(), cpu_total.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(gpu_grad.numpy(), cpu_grad.numpy(), rtol=1e-5, atol=1e-6)
