@@ -100,29 +100,37 @@ def test_checkpoints_round_trip_through_the_emulated_gpu(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "options", [{}, {"compile": True, "autobatch": False}], ids=["default", "compiled"]
+    "options",
+    [{}, {"compile": True, "autobatch": False}, {"compile": True}],
+    ids=["default", "compiled", "compiled-batched"],
 )
 def test_a_lazy_structure_learnt_on_the_cpu_runs_on_the_gpu_after_it(options):
     """Gradient recipes remembered on the CPU (tape.grad_memo) made host constants; the same
-    structure run on the GPU afterwards in the same process must not replay them there."""
+    structure run on the GPU afterwards in the same process must not replay them there. With
+    ``compile=True`` and autobatching the plan batches the examples (tape/passes/batch_groups),
+    on the GPU as on the CPU."""
+    batches = options == {"compile": True}
 
     def run(device=None):
         upload = (lambda a: a) if device is None else device.asarray
         rng = np.random.default_rng(0)
         w = tape.Variable(upload((rng.standard_normal((4, 4)) * 0.5).astype(np.float32)))
         w.requires_grad = True
-        xs = [upload(rng.standard_normal((1, 4)).astype(np.float32)) for _ in range(6)]
+        xs = [upload(rng.standard_normal((1, 4)).astype(np.float32)) for _ in range(12)]
         with tape.lazy(**options):
-            for _ in range(5):
+            for _ in range(6):
                 tape.reset_global_tape()
                 total = ops.sum([(ops.tanh(tape.Variable(x) @ w) ** 2).sum() for x in xs])
                 w.clear_grad()
                 tape.backward(total)
-        return to_numpy(total.value()), to_numpy(w.grad().value())
+        if batches:
+            assert "ops batched" in tape.explain()
+        return total.value(), w.grad().value()
 
-    cpu = run()
+    cpu_total, cpu_grad = run()
     device = EmulatedDevice()
     with installed(device), tape.device("gpu"):
-        gpu = run(device)
-    for got, want in zip(gpu, cpu, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        gpu_total, gpu_grad = run(device)
+        assert isinstance(gpu_grad, DeviceArray)
+        np.testing.assert_allclose(to_numpy(gpu_total), to_numpy(cpu_total), rtol=1e-5)
+        np.testing.assert_allclose(to_numpy(gpu_grad), to_numpy(cpu_grad), rtol=1e-5, atol=1e-6)

@@ -169,16 +169,16 @@ class Packing:
         }
 
 
-def flat_loop(expression, chunks):
+def flat_loop(expression, chunks, packing=None):
     """Whether the loop nest can be one loop over every element: a single chunk of more than
     one axis, every input either the whole shape or one element, every full output the whole
     shape, every reduction over all axes, and at most ``VECTOR_ARRAYS`` arrays in the loop. Why:
     a small trailing axis (a 4x4 tape of the chain runs 4 elements in its inner loop) leaves
     the loop unvectorised; with more arrays it does not vectorise anyway, and the flat views
-    cost ~30 ns an array."""
+    cost ~30 ns an array. ``packing``: the outputs' ``Packing`` (by default the expression's)."""
     shape = expression.shape
     arrays = sum(not all(n == 1 for n in s) for s, _ in expression.inputs)
-    packing = Packing(expression, chunks)
+    packing = Packing(expression, chunks) if packing is None else packing
     arrays += len(packing.alone) + len(packing.blocks)
     return (
         chunks == 1
@@ -198,8 +198,8 @@ def generate(expression, chunks=1, packing=None):
     compiled with ``parallel=True``); every accumulator has a leading axis of one partial per
     chunk, so no two threads write the same element. A reduction over the innermost axis adds
     into a local scalar (``radd``: an add LLVM may reassociate, so that loop vectorises) and
-    stores it once per row. Where ``flat_loop`` allows, the arrays are walked as one flat axis
-    (inputs made contiguous first: a copy only where one is not)."""
+    stores it once per row. With a ``packing``, where ``flat_loop`` allows, the arrays are
+    walked as one flat axis (inputs made contiguous first: a copy only where one is not)."""
     shape, ndim = expression.shape, len(expression.shape)
     n_in, n_out = len(expression.inputs), len(expression.outputs)
     alone = range(n_out) if packing is None else packing.alone
@@ -217,7 +217,7 @@ def generate(expression, chunks=1, packing=None):
         i: "float32" if expression.step_dtypes[r.step] == np.float32 else wide[i].name
         for i, r in enumerate(expression.reductions)
     }
-    flat = flat_loop(expression, chunks)
+    flat = packing is not None and flat_loop(expression, chunks, packing)
     loop = (expression.size,) if flat else shape  # (the axes the loop nest walks)
     names, dtypes, loaded = {}, {}, set()
     for k, (in_shape, dtype) in enumerate(expression.inputs):
@@ -326,9 +326,16 @@ def _render(step, dtype, names, dtypes):
 def compiled_before(expression, vectorised=True):
     """Whether ``expression``'s kernel was compiled on this machine before and is kept on disk
     (``kernel_cache``): loading it costs milliseconds, not a compile."""
+    return kernel_cache.compiled_before(_layout(expression)[2], vectorised)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(expression):
+    """(chunks, ``Packing``, generated source) of ``expression``: made once, for the disk
+    cache's look-up and the compile alike."""
     chunks = chunks_for(expression)
-    source = generate(expression, chunks, Packing(expression, chunks))
-    return kernel_cache.compiled_before(source, vectorised)
+    packing = Packing(expression, chunks)
+    return chunks, packing, generate(expression, chunks, packing)
 
 
 def kernel_globals(vectorised=True):
@@ -409,9 +416,7 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
     calls. Large expressions run their outermost axis in ``chunks_for`` parallel chunks."""
     import numba
 
-    chunks = chunks_for(expression)
-    packing = Packing(expression, chunks)
-    source = generate(expression, chunks, packing)
+    chunks, packing, source = _layout(expression)
     fused, cached = kernel_cache.function(source, vectorised, kernel_globals(vectorised))
     loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1, cache=cached)(fused)
     unmarked = [cached]  # (whether the first run, which compiles, is still to be noted)

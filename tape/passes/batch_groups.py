@@ -55,11 +55,8 @@ class _Var:
 
     def __init__(self, desc, leaf):
         self.name, self.shape, self.dtype = desc.name, tuple(desc.shape), desc.dtype
-        self.persistable, self.requires_grad, self._leaf = (
-            desc.persistable,
-            desc.requires_grad,
-            leaf,
-        )
+        self.persistable, self.requires_grad = desc.persistable, desc.requires_grad
+        self._leaf = leaf
 
 
 class _Op:
@@ -168,14 +165,14 @@ class _Emitter:
                 [m.inputs[slot][position] for m in members]
                 for position in range(len(first.args[0]))
             ]
-            shared = [None] * len(gathers)
-        else:
-            gathers, shared = [], []
+            read_as_is = [None] * len(gathers)
+        else:  # (per slot: the members' names to gather, or None and the one name all read)
+            gathers, read_as_is = [], []
             for slot, arg in zip(defn.input_slots, first.args, strict=True):
                 gathers.append(
                     None if autobatch.shared(arg) else [m.inputs[slot][0] for m in members]
                 )
-                shared.append(arg.name)
+                read_as_is.append(arg.name)
             self._share_common(gathers, first, rule)
         read = [names for names in gathers if names is not None]
         cost = CALL_US + sum(self._gather_cost(names) for names in read)
@@ -189,7 +186,7 @@ class _Emitter:
             return False
         operands = [
             name if names is None else self._gather(names, like)
-            for names, name in zip(gathers, shared, strict=True)
+            for names, name in zip(gathers, read_as_is, strict=True)
         ]
         each = [names is not None for names in gathers]
         outs = [m.output_names()[0] for m in members]

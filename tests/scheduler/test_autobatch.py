@@ -118,14 +118,20 @@ def test_batched_forest_equals_one_op_at_a_time(examples):
         for name in want[2]:
             assert (got[2][name] is None) == (want[2][name] is None), name
             np.testing.assert_array_equal(got[2][name], want[2][name])
-    np.testing.assert_allclose(batched[0], want[0], rtol=1e-12)
-    for a, b in zip(batched[1], want[1], strict=True):  # held intermediates
+    assert_forest_close(batched, want)
+
+
+def assert_forest_close(got, want):
+    """``_forest`` results equal within the rounding of products over more rows: the value, the
+    held intermediates and the gradients."""
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    for a, b in zip(got[1], want[1], strict=True):  # held intermediates
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     for name in want[2]:
         if want[2][name] is None:
-            assert batched[2][name] is None, name
+            assert got[2][name] is None, name
         else:
-            np.testing.assert_allclose(batched[2][name], want[2][name], rtol=1e-11, atol=1e-12)
+            np.testing.assert_allclose(got[2][name], want[2][name], rtol=1e-11, atol=1e-12)
 
 
 def test_depth_heuristic_batches_each_level_with_the_values_of_eager_mode():
