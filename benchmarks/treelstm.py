@@ -164,27 +164,36 @@ def setup_numpy(config, data):
 # ---- fluidtape, one tree at a time --------------------------------------------------------
 
 
-def setup_fluidtape(config, data, lazy=None):
-    """Eager per tree; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
+def setup_fluidtape(config, data, lazy=None, traced=False):
+    """Eager per tree; ``lazy``: the keyword arguments of tape.lazy for the lazy variants;
+    ``traced``: the leaf and node functions decorated with ``tape.traced`` (one op a call)."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
     hidden, next_batch = config["hidden"], per_example.sampling(data)
     embed, params = per_example.embedding_and_params(config, data)
     _, wx, bx, ul, ur, b, wc, bc = params
     loss_fn = layers.CrossEntropyLoss()
 
-    def encode(tree):
-        """(h, c) of ``tree``'s root, by recursion."""
-        if isinstance(tree, int):
-            z = ops.matmul(embed(np.array(tree)), wx) + bx
-            i, o = ops.sigmoid(z[:hidden]), ops.sigmoid(z[hidden : 2 * hidden])
-            c = i * ops.tanh(z[2 * hidden :])
-            return o * ops.tanh(c), c
-        (hl, cl), (hr, cr) = encode(tree[0]), encode(tree[1])
+    def leaf(word):
+        z = ops.matmul(embed(word), wx) + bx
+        i, o = ops.sigmoid(z[:hidden]), ops.sigmoid(z[hidden : 2 * hidden])
+        c = i * ops.tanh(z[2 * hidden :])
+        return o * ops.tanh(c), c
+
+    def node(hl, cl, hr, cr):
         z = ops.matmul(hl, ul) + ops.matmul(hr, ur) + b
         i, fl = ops.sigmoid(z[:hidden]), ops.sigmoid(z[hidden : 2 * hidden])
         fr, o = ops.sigmoid(z[2 * hidden : 3 * hidden]), ops.sigmoid(z[3 * hidden : 4 * hidden])
         c = i * ops.tanh(z[4 * hidden :]) + fl * cl + fr * cr
         return o * ops.tanh(c), c
+
+    if traced:
+        leaf, node = tape.traced(leaf), tape.traced(node)
+
+    def encode(tree):
+        """(h, c) of ``tree``'s root, by recursion."""
+        if isinstance(tree, int):
+            return leaf(np.array(tree))
+        return node(*encode(tree[0]), *encode(tree[1]))
 
     def example_losses():
         trees, labels = next_batch()
@@ -206,6 +215,10 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_fluidtape_autobatch_always(config, data):
     return setup_fluidtape(config, data, per_example.AUTOBATCH_ALWAYS)
+
+
+def setup_fluidtape_traced(config, data):
+    return setup_fluidtape(config, data, per_example.AUTOBATCH, traced=True)
 
 
 # ---- PyTorch, one tree at a time ----------------------------------------------------------
@@ -252,5 +265,6 @@ IMPLEMENTATIONS = {
     "fluidtape-lazy": setup_fluidtape_lazy,
     "fluidtape-autobatch": setup_fluidtape_autobatch,
     "fluidtape-autobatch-always": setup_fluidtape_autobatch_always,
+    "fluidtape-traced": setup_fluidtape_traced,
     "torch": setup_torch,
 }

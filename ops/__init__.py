@@ -29,6 +29,7 @@ from ops import advanced_indexing, masking, creation  # noqa: F401
 from ops import collective  # noqa: F401
 from ops import fused  # noqa: F401  (fused_elementwise: the fusion pass's kernels)
 from ops import batched_call  # noqa: F401  (batched_call: autobatched groups in plans)
+from ops import call  # noqa: F401  (call: tape.traced functions)
 from tape import operators as _operators
 from tape import tape as _engine
 

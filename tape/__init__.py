@@ -45,6 +45,7 @@ from tape.memory import memory_report, track_memory
 from tape.op_handle import OpHandle
 from tape.random_state import seed
 from tape.tape import Tape, get_global_tape, reset_global_tape
+from tape.traced import traced
 from tape.variable import Variable
 
 
@@ -106,6 +107,7 @@ __all__ = [
     "save",
     "load",
     "lazy",
+    "traced",
     "explain",
     "track_memory",
     "to_dot",

@@ -310,7 +310,10 @@ def _as_one(active, gout_value, rule, rows, flows, facts):
                 continue
             if not _fits(g, shaped[0][slot]):
                 return None
-            stacked_grads.append((g, stacked[slot], inputs_of[slot]))
+            if each[slot]:
+                stacked_grads.append((g, stacked[slot], inputs_of[slot]))
+            elif entries[slot].requires_grad:  # (a parameter every member reads: its total)
+                shares.append((g, entries[slot]))
     else:
         for k, g in enumerate(grads):
             if g is None:

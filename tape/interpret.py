@@ -561,7 +561,9 @@ def _described(op, size):
     """(op type, group size, the input slots gathered per member, the shared ones): what
     ``tape.explain`` says of a batched group whose first member is ``op``."""
     args, slots = op.args, op.defn.input_slots
-    if args[0].__class__ is list:  # the list rule: every position gathered
+    if args[0].__class__ is list:  # the list rule: every position gathered but parameters
+        if any(map(autobatch.shared, args[0])):
+            return op.type, size, (slots[0],), (f"{slots[0]} (parameters)",)
         return op.type, size, (slots[0],), ()
     gathered = tuple(slot for slot, var in zip(slots, args) if not autobatch.shared(var))
     shared = tuple(slot for slot, var in zip(slots, args) if autobatch.shared(var))
@@ -601,7 +603,10 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
         inputs = []
         if first.args[0].__class__ is list:  # the list rule: one input per list position
             entries = [ops[p].args[0] for p in members]
-            for index in range(len(first.args[0])):
+            for index, var in enumerate(first.args[0]):
+                if autobatch.shared(var):  # (a traced call's parameter: one in every member)
+                    inputs.append((False, _value(var, staged)))
+                    continue
                 if staged:
                     values = [_value(entry[index], staged) for entry in entries]
                 else:

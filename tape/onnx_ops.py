@@ -310,6 +310,7 @@ NOT_EXPORTABLE.update(
         "cummin": "ONNX has no cumulative minimum",
         "fused_elementwise": "a lazy plan's fused group, never on a recorded tape: export the ops",
         "batched_call": "a lazy plan's autobatched group, never on a recorded tape: export the ops",
+        "call": "a tape.traced function's call (recorded lazily only): export the model eagerly",
         "gather_rows": "a lazy plan's gather for an autobatched group, never on a recorded tape",
     }
 )

@@ -1,0 +1,560 @@
+"""The op ``call``: a traced function (``tape.traced``) run as one op, on one example or many.
+
+A DyNet-style model calls the same small function (a tree node's composition, a parser's
+transition) thousands of times a step, and lazy mode records each of its ~20 ops every time:
+recording, not arithmetic, is what such a step costs (about 1.5 us an op, against the few
+microseconds a batched kernel spends per example). Cavs (Xu et al., ATC 2018) batches such
+models by their *vertex function* instead of by op: the function is analysed once and the
+runtime runs it on every vertex ready at once. Here the function is traced once per input
+signature into a ``Program`` (the registered ops it records, numbered); each call records one
+``call`` op reading the call's arguments and the parameters the function reads.
+
+- ``Program.run`` interprets the ops with their own kernels, so one call equals the function's
+  ops run one by one (bit for bit).
+- The batch rule ``CALL`` runs a group of calls as the program *vectorised*
+  (``Vectorised``): each op of it once over the members' values stacked along a new leading
+  axis, with the op's own batch rule (``ops.batching``); an op without one runs member by
+  member. A value that no per-example input reaches (a parameter's transpose) is computed once.
+- The gradient of a call is a call of the program's gradient (``Program.grad``: the ops
+  replayed on fresh inputs and differentiated by the tape's own backward, traced once per set
+  of inputs that need a gradient); a group's gradient is the gradient program vectorised, the
+  gradients of shared inputs (parameters) summed over the members.
+
+Several outputs leave a call packed in one flat array (one dtype; ``tape.traced`` slices them
+apart), so a call is a one-output op, which the autobatching and gradient passes handle.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from ops import batching
+from ops.registry import Attr, register
+from ops.select import slice as _SLICE
+from ops.shape import reshape as _RESHAPE
+from tape.errors import ExecutionError, FluidError, GraphError, InputError, ShapeError
+from tape.tape import apply, apply_inferred, record_known, run_kernel, state
+
+
+class Step:
+    """One recorded op of a program: its op, attributes, per input slot the value numbers it
+    reads (None: an absent optional input; a list: a duplicable slot), per output slot the
+    numbers it writes, the member shapes of its inputs and outputs, and the user's line."""
+
+    __slots__ = ("defn", "attrs", "args", "outs", "in_shapes", "out_shapes", "location")
+
+    def __init__(self, defn, attrs, args, outs, in_shapes, out_shapes, location):
+        self.defn, self.attrs, self.args, self.outs = defn, attrs, args, outs
+        self.in_shapes, self.out_shapes, self.location = in_shapes, out_shapes, location
+
+    def values(self, env):
+        return [
+            None if a is None else env[a] if a.__class__ is int else [env[i] for i in a]
+            for a in self.args
+        ]
+
+    def store(self, env, results):
+        for ref, result in zip(self.outs, results):
+            if ref.__class__ is int:
+                env[ref] = result
+            else:
+                for i, r in zip(ref, result):
+                    env[i] = r
+
+    def failed(self, name, err):
+        return ExecutionError(
+            self.defn.type,
+            f"kernel failed in traced function '{name}': {type(err).__name__}: {err}",
+            location=self.location,
+        )
+
+
+class Program:
+    """A traced function: values 0..k-1 are its inputs (``in_descs``), then the Variables it
+    read from outside (``consts``: parameters and constants, read when it runs), then the
+    outputs of its ``steps`` in order; ``outputs`` are the numbers of its results."""
+
+    def __init__(self, name, in_descs, consts, steps, size, outputs, out_descs):
+        self.name, self.in_descs, self.consts = name, tuple(in_descs), tuple(consts)
+        self.steps, self.size, self.outputs = tuple(steps), size, tuple(outputs)
+        self.out_descs = tuple(out_descs)
+        dtypes = {dtype for _, dtype in out_descs}
+        if len(out_descs) != 1 and len(dtypes) > 1:
+            raise InputError(
+                "call",
+                f"the results of traced function '{name}' have different dtypes",
+                expected="one dtype (they leave the call packed in one array)",
+                actual=", ".join(str(d) for _, d in out_descs),
+            )
+        self.dtype = out_descs[0][1]
+        self.sizes = tuple(math.prod(shape) for shape, _ in out_descs)
+        self._grads, self._vectorised = {}, {}
+        self.attrs = {"fn": self}  # (a call's attributes, and its result's description)
+        self.desc = (self.out_shape, self.dtype)
+
+    @property
+    def out_shape(self):
+        """A call's output: the one result as it is, or every result flattened and joined."""
+        return self.out_descs[0][0] if len(self.out_descs) == 1 else (sum(self.sizes),)
+
+    def __repr__(self):
+        return f"<traced {self.name}: {len(self.steps)} ops>"
+
+    def infer(self, xs):
+        if len(xs) != len(self.in_descs):
+            raise InputError(
+                None,
+                f"traced function '{self.name}' takes {len(self.in_descs)} inputs",
+                expected=str(len(self.in_descs)),
+                actual=str(len(xs)),
+            )
+        for k, (x, (shape, dtype)) in enumerate(zip(xs, self.in_descs)):
+            if tuple(x.shape) != shape or x.dtype != dtype:
+                raise ShapeError(
+                    None,
+                    f"input {k} of traced function '{self.name}' differs from its trace",
+                    expected=f"{shape} {dtype}",
+                    actual=f"{tuple(x.shape)} {x.dtype}",
+                )
+        return self.out_shape, self.dtype
+
+    def _env(self, xp, values):
+        env = [None] * self.size
+        k = len(values)
+        env[:k] = values
+        for i, var in enumerate(self.consts):
+            value = var._array()
+            env[k + i] = value if xp is np else xp.asarray(value)
+        return env
+
+    def run(self, xp, values):
+        """The results of one call, packed (``out_shape``)."""
+        env = self._env(xp, values)
+        for step in self.steps:
+            try:
+                results = run_kernel(step.defn, step.attrs, step.values(env))
+            except FluidError:
+                raise
+            except Exception as err:
+                raise step.failed(self.name, err) from err
+            step.store(env, results)
+        results = [env[r] for r in self.outputs]
+        if len(results) == 1:
+            (out,) = results
+            return out.copy() if self.outputs[0] < len(values) + len(self.consts) else out
+        return xp.concatenate([r.reshape(-1) for r in results])
+
+    def vectorised(self, each):
+        """This program run over ``n`` members at once, ``each[k]``: whether input k differs
+        per member (stacked along a new leading axis) or is shared."""
+        each = tuple(each)
+        found = self._vectorised.get(each)
+        if found is None:
+            found = self._vectorised[each] = Vectorised(self, each)
+        return found
+
+    def grad(self, mask, differentiable=False):
+        """The program of the gradient: inputs this program's and the output's gradient, its
+        results the gradients of the inputs ``mask`` lists (zeros where none flows).
+        ``differentiable``: itself differentiable again (``create_graph``)."""
+        key = (tuple(mask), bool(differentiable))
+        found = self._grads.get(key)
+        if found is None:
+            from tape.traced import trace_gradient
+
+            found = self._grads[key] = trace_gradient(self, key[0], key[1])
+        return found
+
+
+class Vectorised:
+    """A program run over the members of a group at once (see the module docstring)."""
+
+    def __init__(self, program, each, summed=()):
+        self.program, self.each = program, each
+        self.name = program.name
+        per = [False] * program.size
+        per[: len(each)] = each
+        into, totals = _summed_products(program, summed), set()
+        self.plan = []  # per step: (step, how, rule, flags); how: "shared", "rule",
+        # "members", or "summed" (a product whose sum over the members is wanted: one product)
+        for step in program.steps:
+            flags = [
+                None if a is None else per[a] if a.__class__ is int else [per[i] for i in a]
+                for a in step.args
+            ]
+            varies = any(f if f.__class__ is bool else any(f) for f in flags if f is not None)
+            how, rule = "shared", None
+            if (
+                varies
+                and step.outs[0].__class__ is int
+                and step.outs[0] in into
+                and _sums(step, flags)
+            ):
+                how = "summed"  # (its result is the members' total)
+                totals.add(step.outs[0])
+            elif varies:
+                how, rule = "members", _rule_for(step, flags)
+                if rule is not None:
+                    how = "rule"
+                elif step.defn.type == "split" and flags[0]:
+                    how = "split"  # (the members' pieces: one split past the member axis)
+                for ref in step.outs:
+                    for i in [ref] if ref.__class__ is int else ref:
+                        per[i] = True
+            self.plan.append((step, how, rule, flags))
+        self.out_per = tuple(per[r] for r in program.outputs)
+        # per result: "per" member, the members' "total", or "shared" (the same for each)
+        self.out_kinds = tuple(
+            "per" if per[r] else "total" if r in totals else "shared" for r in program.outputs
+        )
+        self._grads = {}
+
+    def __repr__(self):
+        return f"<traced {self.name} over members: {self.each}>"
+
+    def count(self, xs):
+        for x, per in zip(xs, self.each):
+            if per:
+                return x.shape[0] if x.shape else None
+        return None
+
+    def infer(self, xs):
+        program = self.program
+        n = self.count(xs)
+        if len(xs) != len(self.each) or n is None:
+            raise InputError(None, f"a group of calls of '{self.name}' has no member axis")
+        for k, (x, per, (shape, dtype)) in enumerate(zip(xs, self.each, program.in_descs)):
+            want = (n, *shape) if per else shape
+            if tuple(x.shape) != want or x.dtype != dtype:
+                raise ShapeError(
+                    None,
+                    f"input {k} of a group of calls of '{self.name}' differs from its trace",
+                    expected=f"{want} {dtype}",
+                    actual=f"{tuple(x.shape)} {x.dtype}",
+                )
+        return (n, *program.out_shape), program.dtype
+
+    def run_results(self, xp, values):
+        """The member count and each result stacked over the members."""
+        program = self.program
+        n = self.count(values)
+        env = program._env(xp, values)
+        for step, how, rule, flags in self.plan:
+            try:
+                if how == "shared":
+                    results = run_kernel(step.defn, step.attrs, step.values(env))
+                elif how == "rule":
+                    results = (_run_rule(xp, step, rule, flags, env, n),)
+                elif how == "split":
+                    results = _run_split(xp, step, env)
+                elif how == "summed":
+                    results = (_summed_product(xp, step, env),)
+                else:
+                    results = _run_members(xp, step, flags, env, n)
+            except FluidError:
+                raise
+            except Exception as err:
+                raise step.failed(self.name, err) from err
+            step.store(env, results)
+        results = []
+        for ref, per, (shape, _) in zip(program.outputs, self.out_per, program.out_descs):
+            value = env[ref]
+            if not per:
+                value = xp.broadcast_to(value, (n, *shape))
+            results.append(value)
+        return n, results
+
+    def run(self, xp, values):
+        n, results = self.run_results(xp, values)
+        if len(results) == 1:
+            return xp.array(results[0], copy=True)  # (never a view of an input, or read-only)
+        return xp.concatenate([r.reshape(n, -1) for r in results], axis=1)
+
+    def grad(self, mask, differentiable=False):
+        if differentiable:
+            raise GraphError(
+                "call",
+                f"the gradient of a batched call of '{self.name}' is not differentiable",
+                hint="run with tape.lazy(autobatch=False) to differentiate twice",
+            )
+        mask = tuple(mask)
+        found = self._grads.get(mask)
+        if found is None:
+            program, per = self.program.grad(mask), tuple(self.each[j] for j in mask)
+            summed = [r for r, p in zip(program.outputs, per) if not p]
+            inner = Vectorised(program, self.each + (True,), summed)
+            found = self._grads[mask] = SummedGrad(inner, per)
+        return found
+
+
+class SummedGrad:
+    """A vectorised gradient program whose results for shared inputs (parameters) are summed
+    over the members: a group's call differentiated as one op (``tape.batched_backward``)."""
+
+    def __init__(self, inner, per):
+        self.inner, self.per = inner, per
+        self.name = inner.name
+        self.descs = inner.program.out_descs
+
+    def __repr__(self):
+        return f"<gradient of {self.name} over members, summed where shared>"
+
+    def _shapes(self, n):
+        return [(n, *shape) if per else shape for (shape, _), per in zip(self.descs, self.per)]
+
+    def infer(self, xs):
+        _, dtype = self.inner.infer(xs)
+        shapes = self._shapes(self.inner.count(xs))
+        if len(shapes) == 1:
+            return shapes[0], dtype
+        return (sum(math.prod(s) for s in shapes),), dtype
+
+    def run(self, xp, values):
+        n, results = self.inner.run_results(xp, values)
+        pieces = [
+            r
+            if per
+            else r.sum(axis=0)
+            if kind == "per"
+            else r[0]
+            if kind == "total"
+            else r[0] * n  # (the same for every member)
+            for r, per, kind in zip(results, self.per, self.inner.out_kinds)
+        ]
+        if len(pieces) == 1:
+            return xp.array(pieces[0], copy=True)
+        return xp.concatenate([p.reshape(-1) for p in pieces])
+
+    def grad(self, mask, differentiable=False):
+        raise GraphError("call", f"the gradient of '{self.name}' is not differentiable again")
+
+
+def _summed_products(program, summed):
+    """The results among ``summed`` (value numbers whose sum over the members is wanted) that
+    an op of ``_SUMMABLE`` computes and nothing else reads: a weight's gradient,
+    ``outer(x_i, g_i)`` summed over the members i, is one product ``X^T G`` of the stacked
+    operands (not a (n, a, b) array of outer products summed afterwards)."""
+    readers = {}
+    for step in program.steps:
+        for a in step.args:
+            for i in () if a is None else [a] if a.__class__ is int else a:
+                readers[i] = readers.get(i, 0) + 1
+    found = set()
+    for step in program.steps:
+        ref = step.outs[0]
+        if (
+            ref.__class__ is int
+            and ref in summed
+            and not readers.get(ref)
+            and program.outputs.count(ref) == 1
+            and step.defn.type in _SUMMABLE
+        ):
+            found.add(ref)
+    return found
+
+
+def _sums(step, flags):
+    """Whether ``step`` (of ``_SUMMABLE``) computes its members' total in one call, given
+    which inputs are per member (``flags``)."""
+    kind = step.defn.type
+    if kind == "outer":
+        return all(flags)
+    if kind == "matmul":
+        return (
+            all(flags)
+            and step.attrs["transpose_x"]
+            and not step.attrs["transpose_y"]
+            and all(len(shape) == 2 for shape in step.in_shapes)
+        )
+    return flags[1] and flags[2]  # lookup_table_grad: the ids and their rows' gradients
+
+
+def _summed_product(xp, step, env):
+    """The sum over the members of what a step ``_sums`` computes, from stacked operands."""
+    kind = step.defn.type
+    if kind == "lookup_table_grad":  # (it adds every id's row: all members' ids at once)
+        return run_kernel(step.defn, step.attrs, step.values(env))[0]
+    x, y = (env[a] for a in step.args)
+    if kind == "outer":  # x (n, a), y (n, b): sum_i x_i^T y_i
+        return x.T @ y
+    # matmul(x^T, y) per member, x (n, m, a), y (n, m, b): rows of all members joined
+    return x.reshape(-1, x.shape[-1]).T @ y.reshape(-1, y.shape[-1])
+
+
+# Ops whose results summed over a group's members are one call on the stacked operands: the
+# gradients of a weight (a product) and of an embedding table (rows added per id).
+_SUMMABLE = frozenset({"outer", "matmul", "lookup_table_grad"})
+
+
+def _rule_for(step, flags):
+    """The batch rule that runs ``step`` over stacked members, or None (member by member)."""
+    defn = step.defn
+    if not defn.single_output:
+        return None
+    rule = batching.rule_of(defn)
+    if rule is None:
+        return None
+    if defn.fast:
+        each, shapes = flags, step.in_shapes
+    elif rule.lists and len(step.args) == 1 and step.args[0].__class__ is list:
+        each, shapes = flags[0], step.in_shapes[0]
+    else:
+        return None
+    return rule if rule.accepts(step.attrs, list(shapes), list(each)) else None
+
+
+def _run_rule(xp, step, rule, flags, env, n):
+    defn = step.defn
+    kernel = defn.kernel if xp is np else defn.kernels.get("gpu", defn.kernels["any"])
+    if defn.fast:
+        inputs = [(f, env[a]) for f, a in zip(flags, step.args)]
+    else:
+        inputs = [(f, env[a]) for f, a in zip(flags[0], step.args[0])]
+    out = rule.run(xp, kernel, step.attrs, inputs, n, step.out_shapes[0])
+    return out if out.__class__ is np.ndarray or xp is not np else np.asarray(out)
+
+
+def _run_split(xp, step, env):
+    """``split`` of stacked members: the same pieces, cut along the axis after the member one."""
+    attrs = step.attrs
+    axis = attrs["axis"]
+    moved = {**attrs, "axis": axis + 1} if axis >= 0 else attrs
+    return run_kernel(step.defn, moved, [env[step.args[0]]])
+
+
+def _run_members(xp, step, flags, env, n):
+    """``step`` run on each member's row of its per-member inputs; its results stacked."""
+    values = step.values(env)
+
+    def row(value, per, i):
+        if value is None:
+            return None
+        if value.__class__ is list:
+            return [v[i] if p else v for v, p in zip(value, per)]
+        return value[i] if per else value
+
+    runs = [
+        run_kernel(step.defn, step.attrs, [row(v, f, i) for v, f in zip(values, flags)])
+        for i in range(n)
+    ]
+    stacked = []
+    for slot, shape in enumerate(step.out_shapes):
+        if shape.__class__ is list:
+            stacked.append([xp.stack([r[slot][j] for r in runs]) for j in range(len(shape))])
+        else:
+            stacked.append(xp.stack([r[slot] for r in runs]))
+    return stacked
+
+
+class _Call(batching.Rule):
+    """Calls of one traced program, each with its own arguments and the same parameters: the
+    program vectorised over the members (``Vectorised``)."""
+
+    name = "call"
+    lists = True
+
+    def accepts(self, attrs, shapes, each):
+        return attrs["fn"].__class__ is Program and any(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        each = tuple(per for per, _ in inputs)
+        return attrs["fn"].vectorised(each).run(xp, [value for _, value in inputs])
+
+    def as_op(self, attrs, shapes, each, n, out_shape):
+        stacked = [(n, *shape) if per else tuple(shape) for shape, per in zip(shapes, each)]
+        fn = attrs["fn"].vectorised(tuple(each))
+        return {**attrs, "fn": fn}, (0,), [stacked], (n, *out_shape)
+
+
+CALL = _Call()
+
+
+def _infer(attrs, xs):
+    return attrs["fn"].infer(xs)
+
+
+@register(
+    "call",
+    inputs=("X*",),
+    attrs={"fn": Attr("any", required=True)},
+    infer=_infer,
+    batch=CALL,
+)
+def call(xp, attrs, xs):
+    """Out = the traced function ``fn`` (``tape.traced``) applied to X: its arguments, then the
+    parameters it reads; several results leave packed, flattened and joined.
+
+    dX = call(fn's gradient program, X + [dOut]): the function's ops differentiated once, when
+    first needed, and replayed as one op from then on.
+    """
+    return attrs["fn"].run(xp, list(xs))
+
+
+@call.gradient
+def _(g):
+    (xs,), (gout,), fn = g.inputs, g.gouts, g.attrs["fn"]
+    mask = tuple(j for j, x in enumerate(xs) if x.requires_grad)
+    grads = [None] * len(xs)
+    if not mask or gout is None:
+        return (grads,)
+    program = fn.grad(mask, state.grad_enabled)
+    flat = apply(call, ([*xs, gout],), {"fn": program})
+    if len(mask) == 1:
+        grads[mask[0]] = flat
+        return (grads,)
+    offset = 0
+    for j in mask:
+        shape = tuple(xs[j].shape)
+        size = math.prod(shape)
+        piece = apply(_SLICE, (flat,), _slice_attrs(offset, offset + size))
+        if len(shape) != 1:
+            piece = apply(_RESHAPE, (piece,), {"shape": shape})
+        grads[j] = piece
+        offset += size
+    return (grads,)
+
+
+def _slice_attrs(start, stop):
+    """The checked attributes of ``slice`` taking [start, stop) of a flat array."""
+    return _SLICE.check_attrs({"axes": (0,), "starts": (start,), "ends": (stop,)})
+
+
+def unpack(out_descs, out, location=None):
+    """The results (``out_descs``: their shapes and dtypes) of a call from its packed output
+    ``out``: slices (and reshapes) recorded; ``location``: the call's line, on a lazy tape."""
+    if len(out_descs) == 1:
+        return out
+    results = []
+    if location is None:
+        for attrs, desc, reshape in _pieces(tuple(out_descs)):
+            piece = apply_inferred(_SLICE, (out,), attrs, desc)
+            if reshape is not None:
+                piece = apply_inferred(_RESHAPE, (piece,), *reshape)
+            results.append(piece)
+        return tuple(results)
+    tape = state.tape
+    for attrs, desc, reshape in _pieces(tuple(out_descs)):
+        piece = record_known(tape, _SLICE, (out,), attrs, desc, location)
+        if reshape is not None:
+            piece = record_known(tape, _RESHAPE, (piece,), *reshape, location)
+        results.append(piece)
+    return tuple(results)
+
+
+@functools.lru_cache(maxsize=256)
+def _pieces(out_descs):
+    """Per result of a packed call: the slice's checked attributes and result description,
+    and the reshape's attributes and description (None for a vector)."""
+    pieces, offset = [], 0
+    for shape, dtype in out_descs:
+        size = math.prod(shape)
+        reshape = None if len(shape) == 1 else ({"shape": shape}, (shape, dtype))
+        pieces.append((_slice_attrs(offset, offset + size), ((size,), dtype), reshape))
+        offset += size
+    return tuple(pieces)
+
+
+__all__ = ["call", "Program", "Vectorised", "SummedGrad", "CALL", "unpack"]

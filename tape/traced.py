@@ -1,0 +1,428 @@
+"""``tape.traced``: a function of Variables recorded as one op in lazy mode, so that many calls
+of it batch as one (``ops.call`` says how and why).
+
+    @tape.traced
+    def compose(hl, cl, hr, cr):          # one tree node of a Tree-LSTM
+        z = hl @ ul + hr @ ur + b
+        ...
+        return h, c
+
+In eager mode a traced function simply runs. In a ``tape.lazy()`` block its first call with
+given argument shapes and dtypes records its ops once, on a tape of its own, into a program;
+every call then records one ``call`` op, which the autobatching pass groups with the other calls
+ready at the same time and runs as the program vectorised over them. Its gradient is traced
+once too, the first time a backward needs it.
+
+What a trace fixes, as ``torch.jit.trace`` and ``jax.jit`` do: Python control flow inside the
+function (it runs once per signature), and the Variables it reads other than its arguments --
+parameters and constants, read afresh at every call but captured by identity at the trace. So a
+value computed in the step, which changes from call to call, must be an argument; reading one
+raises an error at the trace. Random, in-place and side-effecting ops are refused there too (a
+group would share one draw, or update a parameter once per member).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+
+from ops.call import Program, Step, call, unpack
+from tape.errors import FluidError, GraphError, InputError, user_location
+from tape.tape import Tape, apply, apply_inferred, state
+from tape.variable import Variable
+
+
+class TracedFunction:
+    """The wrapper ``tape.traced`` returns: the function itself eagerly, one op lazily."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.programs = {}  # signature -> Program
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self):
+        return f"<traced function {self.fn.__qualname__}>"
+
+    def __get__(self, instance, owner):  # (a method: bound like a plain function)
+        return self if instance is None else functools.partial(self, instance)
+
+    def __call__(self, *args):
+        current = state.tape
+        if current is None:
+            from tape.tape import get_global_tape
+
+            current = get_global_tape()
+        if not current.lazy:
+            return self.fn(*args)
+        pieces = current.__dict__.get("_traced_pieces")
+        key, inputs = _signature(self.fn, args, pieces)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = trace(self.fn, args, key, inputs)
+        # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
+        out = apply_inferred(call, ([*inputs, *program.captured],), program.attrs, program.desc)
+        if len(program.out_descs) == 1:
+            return out
+        ops = current._ops
+        before = len(ops)
+        results = unpack(program.out_descs, out, ops[-1].location)
+        if pieces is None:
+            pieces = current._traced_pieces = {}
+            current._traced_unpacked = []
+        current._traced_unpacked += ops[before:]
+        for index, part in enumerate(results):
+            pieces[id(part)] = (out, program.out_descs, index)
+        return results
+
+    def program_for(self, *args):
+        """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
+        ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
+        key, inputs = _signature(self.fn, args, None)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = trace(self.fn, args, key, inputs)
+        return program
+
+
+def drop_unread(tape):
+    """Removes from ``tape`` the slices that unpacked traced calls' results which nothing
+    reads: no op, nor the user (the tape holds the only reference). A tree of traced calls
+    passes results on packed (``_signature``), so all but the root's are unread; run before a
+    new structure's first run (``tape.lazy.run_before_backward``), they would be scheduled and
+    run for nothing."""
+    unpacked = tape.__dict__.pop("_traced_unpacked", None)
+    if not unpacked:
+        return
+    tape.__dict__.pop("_traced_pieces", None)
+    ops, dropped = tape._ops, set()
+    for op in reversed(unpacked):  # (a reshape before the slice it reads)
+        out = op.results[0]
+        if op.index >= len(ops) or ops[op.index] is not op or out._pending is not tape:
+            continue
+        # references: the op's results, this frame's ``out``, getrefcount's argument
+        if sys.getrefcount(out) <= _UNREAD:
+            dropped.add(id(op))
+            ops[op.index] = None
+            op.args = ()  # (the slice it reads is unread now, if nothing else reads it)
+        out = None
+    if dropped:
+        tape._pending_ops = [op for op in tape._pending_ops if id(op) not in dropped]
+
+
+_UNREAD = 3
+
+
+def traced(fn):
+    """Decorator: ``fn`` (positional Variables, arrays or hashable Python values in; a Variable
+    or a tuple of Variables of one dtype out) runs as one op per call in lazy mode, batched
+    with the other calls ready at once. See the module docstring for what a trace fixes."""
+    return TracedFunction(fn)
+
+
+def _signature(fn, args, pieces):
+    """The cache key of a call, per argument how the trace reads it, and the Variables the call
+    passes. An argument is a Variable (keyed by its shape and dtype; an array becomes a
+    constant one), a result of another traced call (the call's packed output is passed
+    instead, and the program slices it: a tree of calls records no slices between them), or
+    a hashable Python value (keyed by its value)."""
+    key, inputs, position = [], [], {}
+    for k, arg in enumerate(args):
+        if arg.__class__ is not Variable and isinstance(arg, np.ndarray):
+            arg = Variable(arg)
+        if arg.__class__ is Variable or isinstance(arg, Variable):
+            piece = pieces.get(id(arg)) if pieces else None
+            source = arg if piece is None else piece[0]
+            index = position.get(id(source))
+            if index is None:
+                index = position[id(source)] = len(inputs)
+                inputs.append(source)
+            if piece is None:
+                spec = ("var", index, tuple(arg.shape), arg.dtype)
+            else:
+                spec = ("piece", index, piece[1], piece[2])
+            key.append(spec)
+            continue
+        try:
+            hash(arg)
+        except TypeError:
+            raise InputError(
+                "call",
+                f"argument {k} of traced function '{fn.__qualname__}' is neither a Variable, "
+                "an array nor hashable",
+                actual=type(arg).__name__,
+                hint="pass it as a Variable, or close over it",
+                location=user_location(),
+            ) from None
+        key.append(("value", arg.__class__, arg))
+    return tuple(key), inputs
+
+
+class _Tracing:
+    """A private lazy tape recording for the duration of a trace (nothing runs on it)."""
+
+    def __enter__(self):
+        self.saved = (state.tape, state.grad_enabled, state.trusted, state.location)
+        self.tape = Tape(lazy=True)
+        state.tape, state.grad_enabled, state.trusted, state.location = self.tape, True, False, None
+        return self.tape
+
+    def __exit__(self, *exc):
+        state.tape, state.grad_enabled, state.trusted, state.location = self.saved
+
+
+def _placeholder(shape, dtype, requires_grad, tape):
+    var = Variable._make(None, tuple(shape), np.dtype(dtype), requires_grad)
+    var._pending, var._leaf = tape, True  # (a leaf of the trace: its gradient is wanted)
+    return var
+
+
+def trace(fn, args, specs, inputs):
+    """The Program of ``fn`` called with ``args`` (``specs``: how it reads each, the call's
+    key; ``inputs``: the Variables a call passes; see ``_signature``)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    location = user_location()
+    with _Tracing() as tape:
+        holders = [_placeholder(v.shape, v.dtype, v.dtype.kind in "fc", tape) for v in inputs]
+        traced_args = []
+        for arg, spec in zip(args, specs):
+            if spec[0] == "var":
+                traced_args.append(holders[spec[1]])
+            elif spec[0] == "piece":
+                traced_args.append(unpack(spec[2], holders[spec[1]])[spec[3]])  # (sliced inside)
+            else:
+                traced_args.append(arg)
+        try:
+            results = fn(*traced_args)
+        except FluidError as err:
+            raise err.with_context(location=err.location or location) from None
+    single = isinstance(results, Variable)
+    outputs = [results] if single else list(results) if isinstance(results, (tuple, list)) else None
+    if not outputs or not all(isinstance(v, Variable) for v in outputs):
+        raise InputError(
+            "call",
+            f"traced function '{name}' must return a Variable or a tuple of Variables",
+            actual=type(results).__name__,
+            location=location,
+        )
+    return _with_parameters_as_inputs(extract(name, tape, holders, outputs, location))
+
+
+def _is_parameter(var):
+    return var.persistable or var.requires_grad
+
+
+def _with_parameters_as_inputs(program):
+    """The program with the parameters it read (Variables needing a gradient, or persistable)
+    moved from its constants to inputs after the arguments: a call passes them, so gradients
+    reach them and autobatching sees them shared."""
+    params = [v for v in program.consts if _is_parameter(v)]
+    if not params:
+        program.captured = []
+        return program
+    k = len(program.in_descs)
+    order = list(range(k))
+    kept = [i for i, v in enumerate(program.consts) if not _is_parameter(v)]
+    moved = [i for i, v in enumerate(program.consts) if _is_parameter(v)]
+    # old number -> new number: arguments, then parameters, then constants, then step outputs
+    renumber = {i: i for i in order}
+    for new, i in enumerate(moved):
+        renumber[k + i] = k + new
+    for new, i in enumerate(kept):
+        renumber[k + i] = k + len(moved) + new
+    base = k + len(program.consts)
+    for i in range(base, program.size):
+        renumber[i] = i
+
+    def re(ref):
+        if ref is None:
+            return None
+        return renumber[ref] if ref.__class__ is int else [renumber[i] for i in ref]
+
+    steps = [
+        Step(
+            s.defn,
+            s.attrs,
+            [re(a) for a in s.args],
+            [re(o) for o in s.outs],
+            s.in_shapes,
+            s.out_shapes,
+            s.location,
+        )
+        for s in program.steps
+    ]
+    descs = list(program.in_descs) + [(tuple(v.shape), v.dtype) for v in params]
+    moved_program = Program(
+        program.name,
+        descs,
+        [program.consts[i] for i in kept],
+        steps,
+        program.size,
+        [renumber[r] for r in program.outputs],
+        program.out_descs,
+    )
+    moved_program.captured = params
+    return moved_program
+
+
+def extract(name, tape, holders, outputs, location):
+    """The Program computing ``outputs`` from ``holders`` out of the ops recorded on ``tape``:
+    only the ops the outputs need, in tape order."""
+    produced = {}  # id(var) -> the op that computed it
+    for op in tape._ops:
+        if op is not None:
+            for var in op.output_vars():
+                produced[id(var)] = op
+    holder_ids = {id(h) for h in holders}
+    needed, stack, seen = set(), [v for v in outputs], set()
+    while stack:
+        var = stack.pop()
+        if id(var) in seen:
+            continue
+        seen.add(id(var))
+        op = produced.get(id(var))
+        if op is None or id(op) in needed:
+            continue
+        needed.add(id(op))
+        stack.extend(op.input_vars())
+    ops = [op for op in tape._ops if op is not None and id(op) in needed]
+    consts, const_ids = [], set()
+    for op in ops:
+        for var in op.input_vars():
+            if id(var) in holder_ids or id(var) in produced or id(var) in const_ids:
+                continue
+            _check_outside(name, var, op, location)
+            const_ids.add(id(var))
+            consts.append(var)
+    for var in outputs:
+        if id(var) not in holder_ids and id(var) not in produced and id(var) not in const_ids:
+            _check_outside(name, var, None, location)
+            const_ids.add(id(var))
+            consts.append(var)
+    numbers = {id(h): k for k, h in enumerate(holders)}
+    for i, var in enumerate(consts):
+        numbers[id(var)] = len(holders) + i
+    size = len(holders) + len(consts)
+    steps = []
+    for op in ops:
+        defn = op.defn
+        if defn.random or defn.side_effect or defn.inplace:
+            kind = "random" if defn.random else "in-place" if defn.inplace else "side-effecting"
+            raise GraphError(
+                defn.type,
+                f"traced function '{name}' records the {kind} op '{defn.type}'",
+                hint="a batched call would run it once for all members; keep it outside",
+                location=op.location or location,
+            )
+
+        def ref(var):
+            return None if var is None else numbers[id(var)]
+
+        args = [
+            None if a is None else [ref(v) for v in a] if a.__class__ is list else ref(a)
+            for a in op.args
+        ]
+        in_shapes = [
+            None
+            if a is None
+            else [tuple(v.shape) for v in a]
+            if a.__class__ is list
+            else tuple(a.shape)
+            for a in op.args
+        ]
+        outs, out_shapes = [], []
+        for result in op.results:
+            if result.__class__ is list:
+                outs.append(list(range(size, size + len(result))))
+                out_shapes.append([tuple(v.shape) for v in result])
+                for v in result:
+                    numbers[id(v)] = size
+                    size += 1
+            else:
+                outs.append(size)
+                out_shapes.append(tuple(result.shape))
+                numbers[id(result)] = size
+                size += 1
+        steps.append(
+            Step(defn, op.attrs, args, outs, in_shapes, out_shapes, op.location or location)
+        )
+    in_descs = [(tuple(h.shape), h.dtype) for h in holders]
+    out_descs = [(tuple(v.shape), v.dtype) for v in outputs]
+    return Program(
+        name, in_descs, consts, steps, size, [numbers[id(v)] for v in outputs], out_descs
+    )
+
+
+def _check_outside(name, var, op, location):
+    """A Variable a traced function read from outside must have a value (a parameter or a
+    constant): one computed in the step would be captured from the first call only."""
+    if var._pending is not None or var._value is None:
+        reader = f" (read by '{op.defn.type}')" if op is not None else ""
+        raise GraphError(
+            "call",
+            f"traced function '{name}' reads a Variable computed outside it{reader}, "
+            f"shape {tuple(var.shape)}",
+            hint="pass it as an argument: a trace captures what it reads by identity",
+            location=(op.location if op is not None else None) or location,
+        )
+
+
+def trace_gradient(program, mask, differentiable):
+    """The gradient Program of ``program`` for the inputs in ``mask`` (see Program.grad)."""
+    import importlib
+
+    backward = importlib.import_module("tape.backward")  # (``tape.backward`` is the function)
+    name = f"{program.name}'"
+    with _Tracing() as tape:
+        holders = [
+            _placeholder(shape, dtype, j in mask, tape)
+            for j, (shape, dtype) in enumerate(program.in_descs)
+        ]
+        results = replay(program, holders)
+        out = results[0] if len(results) == 1 else _packed(results)
+        gout = _placeholder(out.shape, out.dtype, False, tape)
+        wanted = [holders[j] for j in mask]
+        grads = [None] * len(wanted)
+        if out.requires_grad:  # (else no input in mask reaches the results)
+            grads = backward.grad(
+                tape, out, wanted, gout, retain_graph=True, create_graph=differentiable
+            )
+        grads = [
+            g if g is not None else apply(_op("fill_zeros_like"), (x,), {})
+            for g, x in zip(grads, wanted)
+        ]
+    gradient = extract(name, tape, holders + [gout], grads, None)
+    gradient.captured = []
+    return gradient
+
+
+def replay(program, holders):
+    """The program's ops recorded again on the current tape, reading ``holders`` as its
+    inputs; its results (Variables)."""
+    env = list(holders) + list(program.consts) + [None] * (program.size - len(holders))
+    env = env[: program.size]
+    for step in program.steps:
+        args = step.values(env)
+        before = len(state.tape._ops)
+        apply(step.defn, args, step.attrs)
+        recorded = state.tape._ops[before:]
+        if len(recorded) != 1:
+            raise GraphError(step.defn.type, "replaying a traced op recorded no single op")
+        step.store(env, recorded[0].results)
+    return [env[r] for r in program.outputs]
+
+
+def _packed(results):
+    concat, reshape = _op("concat"), _op("reshape")
+    flat = [apply(reshape, (r,), {"shape": (-1,)}) for r in results]
+    return apply(concat, (flat,), concat.check_attrs({"axis": 0}))
+
+
+def _op(name):
+    from ops.registry import REGISTRY
+
+    return REGISTRY[name]
+
+
+__all__ = ["traced", "TracedFunction"]
