@@ -1,0 +1,361 @@
+"""tape.traced: a function of Variables runs as itself eagerly and as one ``call`` op lazily,
+traced once per signature; calls ready together run as the program vectorised over them; values
+and gradients equal the function's own ops (bit for bit unbatched, within rounding batched);
+what a trace cannot capture is refused at the user's line.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ops
+import optim
+import tape
+from tape.errors import ExecutionError, GraphError, InputError, ShapeError
+from tests.scheduler.test_autobatch import STEPS
+from tests.scheduler.test_autobatch import _params as autobatch_params
+
+H = 4
+LAZY_MODES = [
+    pytest.param({"autobatch": False}, id="unbatched"),
+    pytest.param({"exact": True}, id="exact"),
+    pytest.param({"autobatch": True}, id="batched"),
+    pytest.param({}, id="default"),
+]
+
+
+def _tree_params(seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return {
+        "w": tape.Variable(rng.standard_normal((2 * H, 5 * H)).astype(dtype), requires_grad=True),
+        "b": tape.Variable(rng.standard_normal(5 * H).astype(dtype), requires_grad=True),
+        "table": tape.Variable(rng.standard_normal((11, H)).astype(dtype), requires_grad=True),
+    }
+
+
+def _tree_model(p):
+    """A Tree-LSTM's leaf (embeds its word) and node, as a DyNet user writes them."""
+
+    def leaf(word):
+        x = ops.lookup_table(p["table"], word)
+        return ops.tanh(x), ops.sigmoid(x)
+
+    def node(hl, cl, hr, cr):
+        z = ops.matmul(ops.concat([hl, hr]), p["w"]) + p["b"]
+        i, fl = ops.sigmoid(z[:H]), ops.sigmoid(z[H : 2 * H])
+        fr, o = ops.sigmoid(z[2 * H : 3 * H]), ops.sigmoid(z[3 * H : 4 * H])
+        c = i * ops.tanh(z[4 * H :]) + fl * cl + fr * cr
+        return o * ops.tanh(c), c
+
+    return leaf, node
+
+
+def _random_tree(rng, leaves):
+    trees = [int(w) for w in rng.integers(11, size=leaves)]
+    while len(trees) > 1:
+        k = int(rng.integers(len(trees) - 1))
+        trees[k : k + 2] = [(trees[k], trees[k + 1])]
+    return trees[0]
+
+
+def _forest_step(p, leaf, node, trees, lazy):
+    """The mean of the root states' sums over ``trees``; returns (loss, gradients)."""
+    tape.reset_global_tape()
+    for param in p.values():
+        param.clear_grad()
+
+    def encode(tree):
+        if isinstance(tree, int):
+            return leaf(np.array(tree))
+        return node(*encode(tree[0]), *encode(tree[1]))
+
+    def run():
+        roots = [encode(tree) for tree in trees]
+        loss = ops.stack([(h * c).sum() for h, c in roots]).mean()
+        tape.backward(loss)
+        return loss
+
+    if lazy is None:
+        loss = run()
+    else:
+        with tape.lazy(**lazy):
+            loss = run()
+            tape.get_global_tape().realize([loss])
+    return float(loss.numpy()), {k: v.grad().numpy().copy() for k, v in p.items()}
+
+
+def _trees(seed, count=6, sizes=(1, 7)):
+    rng = np.random.default_rng(seed)
+    return [_random_tree(rng, int(rng.integers(*sizes))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("lazy", LAZY_MODES)
+def test_a_forest_of_traced_calls_equals_the_functions_run_eagerly(lazy):
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    traced_leaf, traced_node = tape.traced(leaf), tape.traced(node)
+    for seed in range(3):  # (new trees every step: a new structure each time)
+        trees = _trees(seed)
+        want = _forest_step(p, leaf, node, trees, None)
+        got = _forest_step(p, traced_leaf, traced_node, trees, lazy)
+        if lazy.get("exact") or lazy.get("autobatch") is False:
+            assert got[0] == want[0]
+            for name in p:
+                np.testing.assert_array_equal(got[1][name], want[1][name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+            for name in p:
+                np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-10, atol=1e-12)
+
+
+def test_eagerly_a_traced_function_is_the_function():
+    p = _tree_params()
+    leaf, _ = _tree_model(p)
+    traced_leaf = tape.traced(leaf)
+    tape.reset_global_tape()
+    h, c = traced_leaf(np.array(3))
+    np.testing.assert_array_equal(h.numpy(), np.tanh(p["table"].numpy()[3]))
+    assert not traced_leaf.programs  # (nothing traced: the function ran)
+    assert traced_leaf.__name__ == "leaf"
+
+
+def test_calls_ready_together_run_as_one_batched_call_forward_and_backward():
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    leaf, node = tape.traced(leaf), tape.traced(node)
+    trees = [((1, 2), (3, 4))] * 8
+    _forest_step(p, leaf, node, trees, {"autobatch": True})
+    counts, _ = tape.get_global_tape()._batched_backward
+    # 32 leaves, then 16 and 8 nodes: one group each way (forward and backward)
+    groups, members = counts["call"]
+    assert groups == 3 and members == 32 + 16 + 8
+    text = tape.explain()
+    assert "call" in text
+
+
+def test_a_program_is_traced_once_per_signature():
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    leaf, node = tape.traced(leaf), tape.traced(node)
+    for seed in range(3):
+        _forest_step(p, leaf, node, _trees(seed), {"autobatch": True})
+    assert len(leaf.programs) == 1
+    # a node reads its children packed: one program for every mix of leaf and node children
+    (key,) = node.programs
+    assert [spec[0] for spec in key] == ["piece"] * 4
+    program = node.programs[key]
+    assert len(program.captured) == 2  # (w and b, passed to every call as shared inputs)
+    assert len(program._grads) >= 1  # (its gradient traced once, on the first backward)
+
+
+def test_results_passed_between_calls_are_not_sliced():
+    """Only the roots' results are read outside calls: the other slices are never run."""
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    leaf, node = tape.traced(leaf), tape.traced(node)
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        h, c = node(*node(*leaf(np.array(1)), *leaf(np.array(2))), *leaf(np.array(3)))
+        loss = (h * c).sum()
+        slices = [op for op in tape.get_global_tape()._pending_ops if op.type == "slice"]
+        assert len(slices) == 2 * 5  # (two per call, recorded as the calls return)
+        tape.backward(loss)
+        tape.get_global_tape().realize([loss])
+    ran = [op for op in tape.get_global_tape()._ops if op is not None and op.type == "slice"]
+    assert len(ran) <= 2
+
+
+def test_parameters_are_read_when_the_call_runs():
+    """A trace captures parameters by identity, not value: an optimizer's updates are seen."""
+    results = {}
+    for traced in (False, True):
+        p = _tree_params()
+        leaf, node = _tree_model(p)
+        if traced:
+            leaf, node = tape.traced(leaf), tape.traced(node)
+        sgd = optim.SGD(list(p.values()), lr=0.1)
+        losses = []
+        for seed in range(3):
+            loss, _ = _forest_step(p, leaf, node, _trees(seed), {"exact": True} if traced else None)
+            sgd.step()
+            losses.append(loss)
+        results[traced] = (losses, p["w"].numpy().copy())
+    assert results[True][0] == results[False][0]
+    np.testing.assert_array_equal(results[True][1], results[False][1])
+
+
+def test_another_shape_or_dtype_is_traced_again():
+    w = tape.Variable(np.ones((3, 2)), requires_grad=True)
+    f = tape.traced(lambda x: ops.matmul(x, w))
+    with tape.lazy():
+        a = f(tape.Variable(np.ones((1, 3))))
+        b = f(tape.Variable(np.ones((5, 3))))
+        c = f(tape.Variable(np.ones((1, 3), np.float32)))
+        np.testing.assert_array_equal(b.numpy(), np.full((5, 2), 3.0))
+        assert a.shape == (1, 2) and c.dtype == np.float64  # (float32 x float64 promotes)
+    assert len(f.programs) == 3
+
+
+def test_double_backward_through_a_traced_call():
+    w = tape.Variable(np.array([[0.5, -1.0], [2.0, 0.25]]), requires_grad=True)
+    f = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)) * x)
+    x0 = np.array([0.3, -0.7])
+    grads = {}
+    for lazy in (None, {"autobatch": False}):
+        tape.reset_global_tape()
+        x = tape.Variable(x0, requires_grad=True)
+
+        def run(x=x):
+            (g,) = tape.grad(f(x).sum(), [x], create_graph=True)
+            (gg,) = tape.grad((g * g).sum(), [x])
+            return gg
+
+        if lazy is None:
+            grads[lazy is None] = run().numpy()
+        else:
+            with tape.lazy(**lazy):
+                grads[False] = run().numpy()
+    np.testing.assert_allclose(grads[False], grads[True], rtol=1e-12)
+
+
+def test_size_one_and_size_zero_axes():
+    w = tape.Variable(np.random.default_rng(0).standard_normal((3, 2)), requires_grad=True)
+    f = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)))
+    for rows in (0, 1):
+        xs = [np.random.default_rng(k).standard_normal((rows, 3)) for k in range(4)]
+        results = {}
+        for lazy in (None, {"autobatch": True}):
+            tape.reset_global_tape()
+            w.clear_grad()
+
+            def run(xs=xs):
+                outs = [f(tape.Variable(x)) for x in xs]
+                loss = ops.stack([o.sum() for o in outs]).sum()
+                tape.backward(loss)
+                return [o.numpy() for o in outs]
+
+            if lazy is None:
+                results["eager"] = run(), w.grad().numpy().copy()
+            else:
+                with tape.lazy(**lazy):
+                    results["lazy"] = run(), w.grad().numpy().copy()
+        for got, want in zip(results["lazy"][0], results["eager"][0]):
+            assert got.shape == want.shape == (rows, 2)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+        np.testing.assert_allclose(results["lazy"][1], results["eager"][1], atol=1e-12)
+
+
+# ---- what a trace refuses, at the user's line ----------------------------------------------
+
+
+def test_reading_a_value_computed_in_the_step_must_be_an_argument():
+    w = tape.Variable(np.ones((2, 2)), requires_grad=True)
+    with tape.lazy():
+        context = ops.tanh(w)  # (computed in the step: changes from call to call)
+        f = tape.traced(lambda x: ops.matmul(x, context))
+        with pytest.raises(GraphError, match="computed outside it") as info:
+            f(tape.Variable(np.ones((1, 2))))
+    assert "pass it as an argument" in str(info.value)
+    assert "test_traced.py" in str(info.value)
+
+
+def test_random_ops_are_refused():
+    f = tape.traced(lambda x: ops.dropout(x, dropout_prob=0.5))
+    with tape.lazy(), pytest.raises(GraphError, match="random op 'dropout'"):
+        f(tape.Variable(np.ones(4)))
+
+
+def test_results_must_be_variables_of_one_dtype():
+    with tape.lazy():
+        with pytest.raises(InputError, match="must return a Variable"):
+            tape.traced(lambda x: 3)(tape.Variable(np.ones(2)))
+        with pytest.raises(InputError, match="different dtypes"):
+            tape.traced(lambda x: (x, ops.cast(x, out_dtype="float32")))(tape.Variable(np.ones(2)))
+
+
+def test_unhashable_arguments_are_refused():
+    f = tape.traced(lambda x, options: x)
+    with tape.lazy(), pytest.raises(InputError, match="argument 1 .* neither a Variable"):
+        f(tape.Variable(np.ones(2)), {"a": 1})
+
+
+def test_a_shape_error_inside_names_the_functions_line():
+    f = tape.traced(lambda x: ops.matmul(x, tape.Variable(np.ones((3, 2)))))
+    with tape.lazy(), pytest.raises(ShapeError) as info:
+        f(tape.Variable(np.ones((1, 4))))
+    assert "test_traced.py" in str(info.value) and "lambda" in str(info.value)
+
+
+@pytest.mark.parametrize("lazy", [{"autobatch": True}, {"autobatch": False}])
+def test_a_kernel_error_inside_a_call_names_the_op_and_the_functions_line(lazy):
+    table = tape.Variable(np.ones((5, 2)), requires_grad=True)
+
+    def embed(word):
+        return ops.tanh(ops.lookup_table(table, word))  # the failing line
+
+    f = tape.traced(embed)
+    tape.reset_global_tape()
+    with pytest.raises(ExecutionError) as info, tape.lazy(**lazy):
+        outs = [f(np.array(k)) for k in (1, 2, 9)]  # id 9 is out of range
+        ops.stack(outs).numpy()
+    text = str(info.value)
+    assert "lookup_table" in text and "in embed" in text, text
+
+
+# ---- random per-example programs (the autobatching suite's steps) ------------------------
+
+
+def _grad_or_none(var):
+    return None if var.grad() is None else var.grad().numpy().copy()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    program=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5),
+    rows=st.sampled_from([(4,), (1, 4), (3, 4)]),
+    count=st.integers(1, 6),
+)
+def test_random_traced_programs_equal_their_ops_run_eagerly(program, rows, count):
+    params = autobatch_params()
+
+    def example(h, x):
+        for name in program:
+            h = STEPS[name](h, params, x if h.shape == x.shape else ops.tanh(h))
+        return h
+
+    traced = tape.traced(example)
+    rng = np.random.default_rng(0)
+    inputs = [(rng.standard_normal(rows), rng.standard_normal(rows)) for _ in range(count)]
+    results = {}
+    for lazy in (None, {"autobatch": True}, {"exact": True}):
+        tape.reset_global_tape()
+        for param in params.values():
+            param.clear_grad()
+
+        leaves = [tape.Variable(h, requires_grad=True) for h, _ in inputs]
+
+        def run(fn, leaves=leaves):
+            outs = [fn(h, tape.Variable(x)) for h, (_, x) in zip(leaves, inputs)]
+            loss = ops.stack([(o * o).sum() for o in outs]).sum()
+            tape.backward(loss)
+            return [o.numpy() for o in outs]
+
+        if lazy is None:
+            outs = run(example)
+        else:
+            with tape.lazy(**lazy):
+                outs = run(traced)
+        grads = {k: _grad_or_none(v) for k, v in params.items()}
+        grads.update({k: h.grad().numpy().copy() for k, h in enumerate(leaves)})
+        results[str(lazy)] = outs, grads
+    want_outs, want_grads = results["None"]
+    for key in ("{'autobatch': True}", "{'exact': True}"):
+        outs, grads = results[key]
+        for got, want in zip(outs, want_outs):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+        for name, want in want_grads.items():
+            if want is None:
+                assert grads[name] is None or not grads[name].any()
+            else:
+                np.testing.assert_allclose(grads[name], want, rtol=1e-9, atol=1e-11)
