@@ -171,25 +171,37 @@ def setup_numpy(config, data):
 # ---- fluidtape, one sentence at a time ----------------------------------------------------
 
 
-def setup_fluidtape(config, data, lazy=None):
-    """Eager per sentence; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
+def setup_fluidtape(config, data, lazy=None, traced=False):
+    """Eager per sentence; ``lazy``: the keyword arguments of tape.lazy for the lazy variants;
+    ``traced``: the LSTM step and a token's loss decorated with ``tape.traced`` (one op a call
+    in lazy mode)."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "slice"), ("Embedding",))
     hidden, next_batch = config["hidden"], per_example.sampling(data)
     embed, params = per_example.embedding_and_params(config, data)
-    forward_lstm, backward_lstm, (wo_f, wo_b, bo) = params[1:4], params[4:7], params[7:]
+    lstms, (wo_f, wo_b, bo) = (params[1:4], params[4:7]), params[7:]
     loss_fn = layers.CrossEntropyLoss()
     zeros = tape.Variable(np.zeros(hidden, np.float32))
 
-    def run_lstm(xs, weights):
-        wx, wh, b = weights
+    def lstm_step(direction, x, h, c):
+        wx, wh, b = lstms[direction]
+        z = ops.matmul(x, wx) + ops.matmul(h, wh) + b
+        i, f = ops.sigmoid(z[:hidden]), ops.sigmoid(z[hidden : 2 * hidden])
+        g, o = ops.tanh(z[2 * hidden : 3 * hidden]), ops.sigmoid(z[3 * hidden :])
+        c = f * c + i * g
+        return o * ops.tanh(c), c
+
+    def token_loss(h_f, h_b, label):
+        scores = ops.matmul(h_f, wo_f) + ops.matmul(h_b, wo_b) + bo
+        return loss_fn(scores, label)
+
+    if traced:
+        lstm_step, token_loss = tape.traced(lstm_step), tape.traced(token_loss)
+
+    def run_lstm(xs, direction):
         h = c = zeros
         hs = []
         for x in xs:
-            z = ops.matmul(x, wx) + ops.matmul(h, wh) + b
-            i, f = ops.sigmoid(z[:hidden]), ops.sigmoid(z[hidden : 2 * hidden])
-            g, o = ops.tanh(z[2 * hidden : 3 * hidden]), ops.sigmoid(z[3 * hidden :])
-            c = f * c + i * g
-            h = o * ops.tanh(c)
+            h, c = lstm_step(direction, x, h, c)
             hs.append(h)
         return hs
 
@@ -198,11 +210,10 @@ def setup_fluidtape(config, data, lazy=None):
         losses = []
         for sentence, labels in zip(sentences, tags, strict=True):
             xs = [embed(np.array(word)) for word in sentence]
-            hf = run_lstm(xs, forward_lstm)
-            hb = run_lstm(xs[::-1], backward_lstm)[::-1]
+            hf = run_lstm(xs, 0)
+            hb = run_lstm(xs[::-1], 1)[::-1]
             for h_f, h_b, label in zip(hf, hb, labels, strict=True):
-                scores = ops.matmul(h_f, wo_f) + ops.matmul(h_b, wo_b) + bo
-                losses.append(loss_fn(scores, np.array(label)))
+                losses.append(token_loss(h_f, h_b, np.array(label)))
         return losses
 
     return per_example.training_step(params, example_losses, lazy)
@@ -218,6 +229,10 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_fluidtape_autobatch_always(config, data):
     return setup_fluidtape(config, data, per_example.AUTOBATCH_ALWAYS)
+
+
+def setup_fluidtape_traced(config, data):
+    return setup_fluidtape(config, data, per_example.AUTOBATCH, traced=True)
 
 
 # ---- PyTorch, one sentence at a time ------------------------------------------------------
@@ -273,5 +288,6 @@ IMPLEMENTATIONS = {
     "fluidtape-lazy": setup_fluidtape_lazy,
     "fluidtape-autobatch": setup_fluidtape_autobatch,
     "fluidtape-autobatch-always": setup_fluidtape_autobatch_always,
+    "fluidtape-traced": setup_fluidtape_traced,
     "torch": setup_torch,
 }

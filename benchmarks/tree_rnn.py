@@ -156,7 +156,9 @@ def setup_numpy(config, data):
 # ---- fluidtape, one tree at a time --------------------------------------------------------
 
 
-def _fluidtape_model(config, data):
+def _fluidtape_model(config, data, traced=False):
+    """``traced``: the leaf and the composition decorated with ``tape.traced`` (one op a call
+    in lazy mode)."""
     tape, ops, layers, _ = common.fluidtape(("lookup_table", "concat"), ("Embedding", "Linear"))
     dim = config["dim"]
     leaf = layers.Embedding(10, dim)
@@ -171,25 +173,40 @@ def _fluidtape_model(config, data):
     for param, array in zip(params, common.copies(data["params"]), strict=True):
         param.set_value(array)
 
+    def embed(word):
+        return leaf(word)
+
+    def compose(operator, left, right):
+        return composers[operator](ops.concat([left, right], axis=0))
+
+    if traced:
+        embed, compose = tape.traced(embed), tape.traced(compose)
+
     def encode(tree):
         if isinstance(tree, int):
-            return leaf(np.array(tree))
+            return embed(np.array(tree))
         operator, left, right = tree
-        children = ops.concat([encode(left), encode(right)], axis=0)
-        return composers[OPERATORS.index(operator)](children)
+        return compose(OPERATORS.index(operator), encode(left), encode(right))
 
     return tape, ops, layers, encode, classify, params
 
 
-def setup_fluidtape(config, data, lazy=None):
-    """Eager per example; ``lazy``: the keyword arguments of tape.lazy for the lazy variants."""
-    tape, ops, layers, encode, classify, params = _fluidtape_model(config, data)
+def setup_fluidtape(config, data, lazy=None, traced=False):
+    """Eager per example; ``lazy``: the keyword arguments of tape.lazy for the lazy variants;
+    ``traced``: see ``_fluidtape_model``."""
+    tape, ops, layers, encode, classify, params = _fluidtape_model(config, data, traced)
     loss_fn, next_batch = layers.CrossEntropyLoss(), per_example.sampling(data)
+
+    def tree_loss(root, label):
+        return loss_fn(classify(root), label)
+
+    if traced:
+        tree_loss = tape.traced(tree_loss)
 
     def example_losses():
         trees, labels = next_batch()
         return [
-            loss_fn(classify(encode(tree)), np.array(label))
+            tree_loss(encode(tree), np.array(label))
             for tree, label in zip(trees, labels, strict=True)
         ]
 
@@ -206,6 +223,10 @@ def setup_fluidtape_autobatch(config, data):
 
 def setup_fluidtape_autobatch_always(config, data):
     return setup_fluidtape(config, data, per_example.AUTOBATCH_ALWAYS)
+
+
+def setup_fluidtape_traced(config, data):
+    return setup_fluidtape(config, data, per_example.AUTOBATCH, traced=True)
 
 
 # ---- PyTorch, one tree at a time ----------------------------------------------------------
@@ -264,5 +285,6 @@ IMPLEMENTATIONS = {
     "fluidtape-lazy": setup_fluidtape_lazy,
     "fluidtape-autobatch": setup_fluidtape_autobatch,
     "fluidtape-autobatch-always": setup_fluidtape_autobatch_always,
+    "fluidtape-traced": setup_fluidtape_traced,
     "torch": setup_torch,
 }

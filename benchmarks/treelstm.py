@@ -195,10 +195,16 @@ def setup_fluidtape(config, data, lazy=None, traced=False):
             return leaf(np.array(tree))
         return node(*encode(tree[0]), *encode(tree[1]))
 
+    def tree_loss(h, label):
+        return loss_fn(ops.matmul(h, wc) + bc, label)
+
+    if traced:
+        tree_loss = tape.traced(tree_loss)
+
     def example_losses():
         trees, labels = next_batch()
         return [
-            loss_fn(ops.matmul(encode(tree)[0], wc) + bc, np.array(label))
+            tree_loss(encode(tree)[0], np.array(label))
             for tree, label in zip(trees, labels, strict=True)
         ]
 

@@ -275,7 +275,27 @@ class _ListAxes(_List):
         return None  # (a gradient op: a first-order backward never differentiates it)
 
 
+class _RowsAlong(Rule):
+    """Ops that treat the leading axes of every input alike and work along one ``axis``
+    attribute (softmax cross-entropy and its gradient: the class axis): every input per
+    example, a non-negative axis moved past the member axis. ``several``: ``run`` returns one
+    result per output slot for an op with several (autobatching batches one-output ops only;
+    ``ops.call`` runs traced programs' ops of any kind vectorised)."""
+
+    name = "rows-along-axis"
+    several = True
+
+    def accepts(self, attrs, shapes, each):
+        return all(each)
+
+    def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        axis = attrs["axis"]
+        moved = {**attrs, "axis": axis + 1} if axis >= 0 else attrs
+        return kernel(xp, moved, *(value for _, value in inputs))
+
+
 ELEMENTWISE = _Elementwise()
+ROWS_ALONG_AXIS = _RowsAlong()
 LIST = _List()
 CONCAT = _Concat()
 SLICES = _ListAxes()
@@ -308,5 +328,6 @@ __all__ = [
     "ROWS_FORWARD",
     "REDUCE",
     "VIEW",
+    "ROWS_ALONG_AXIS",
     "rule_of",
 ]

@@ -247,7 +247,7 @@ class Vectorised:
                 if how == "shared":
                     results = run_kernel(step.defn, step.attrs, step.values(env))
                 elif how == "rule":
-                    results = (_run_rule(xp, step, rule, flags, env, n),)
+                    results = _run_rule(xp, step, rule, flags, env, n)
                 elif how == "split":
                     results = _run_split(xp, step, env)
                 elif how == "summed":
@@ -392,12 +392,10 @@ _SUMMABLE = frozenset({"outer", "matmul", "lookup_table_grad"})
 def _rule_for(step, flags):
     """The batch rule that runs ``step`` over stacked members, or None (member by member)."""
     defn = step.defn
-    if not defn.single_output:
-        return None
     rule = batching.rule_of(defn)
-    if rule is None:
+    if rule is None or (not defn.single_output and not getattr(rule, "several", False)):
         return None
-    if defn.fast:
+    if defn.simple_inputs:
         each, shapes = flags, step.in_shapes
     elif rule.lists and len(step.args) == 1 and step.args[0].__class__ is list:
         each, shapes = flags[0], step.in_shapes[0]
@@ -409,12 +407,14 @@ def _rule_for(step, flags):
 def _run_rule(xp, step, rule, flags, env, n):
     defn = step.defn
     kernel = defn.kernel if xp is np else defn.kernels.get("gpu", defn.kernels["any"])
-    if defn.fast:
+    if defn.simple_inputs:
         inputs = [(f, env[a]) for f, a in zip(flags, step.args)]
     else:
         inputs = [(f, env[a]) for f, a in zip(flags[0], step.args[0])]
     out = rule.run(xp, kernel, step.attrs, inputs, n, step.out_shapes[0])
-    return out if out.__class__ is np.ndarray or xp is not np else np.asarray(out)
+    if defn.single_output:
+        return (out if out.__class__ is np.ndarray or xp is not np else np.asarray(out),)
+    return tuple(o if o.__class__ is np.ndarray or xp is not np else np.asarray(o) for o in out)
 
 
 def _run_split(xp, step, env):

@@ -12,7 +12,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ops import buffers
+from ops import batching, buffers
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
 from ops.compose import neg as _neg
@@ -118,6 +118,7 @@ def _class_index(xp, label, attrs, logits_shape):
     attrs=_SWCE_ATTRS,
     infer=_infer_swce,
     returns=lambda results: SoftmaxCrossEntropy(*results),
+    batch=batching.ROWS_ALONG_AXIS,
 )
 def softmax_with_cross_entropy(xp, attrs, logits, label):
     """Softmax = softmax(Logits) along ``axis``; Loss = -log(Softmax[Label]) with a size-1 class
@@ -191,6 +192,7 @@ def _infer_swce_grad(attrs, label, prob, gloss):
     inputs=("Label", "Softmax", "Loss@GRAD"),
     attrs=_SWCE_ATTRS,
     infer=_infer_swce_grad,
+    batch=batching.ROWS_ALONG_AXIS,
 )
 def softmax_with_cross_entropy_grad(xp, attrs, label, prob, gloss):
     """Out (dLogits) = (Softmax - onehot(Label)) * G, zero where Label == ignore_index;

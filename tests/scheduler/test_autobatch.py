@@ -489,6 +489,31 @@ def test_view_and_lookup_rules():
     _members_equal("lookup_table", [(None, np.array([0, 4])) for _ in range(3)], (_r(5, 3), None))
 
 
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_cross_entropy_rule_moves_its_class_axis_past_the_member_axis(axis):
+    """Both outputs (softmax, loss) per member, and the gradient op, for hard labels with and
+    without their size-1 class axis and for soft labels."""
+    defn = REGISTRY["softmax_with_cross_entropy"]
+    assert batching.rule_of(defn) is batching.ROWS_ALONG_AXIS
+    logits = [_r(3, 4) for _ in range(5)]
+    classes = 3 if axis == 0 else 4
+    hard = [RNG.integers(classes, size=(1, 4) if axis == 0 else (3, 1)) for _ in range(5)]
+    if axis == -1:
+        hard = [h[:, 0] for h in hard]  # (the class axis left out)
+    soft = [np.abs(_r(3, 4)) for _ in range(5)]
+    for soft_label, labels in ((False, hard), (True, soft)):
+        attrs = defn.check_attrs({"axis": axis, "soft_label": soft_label})
+        inputs = [(True, np.stack(logits)), (True, np.stack(labels))]
+        softmax, loss = batching.ROWS_ALONG_AXIS.run(np, defn.kernel, attrs, inputs, 5, None)
+        for i, (x, label) in enumerate(zip(logits, labels, strict=True)):
+            want_softmax, want_loss = defn.kernel(np, attrs, x, label)
+            np.testing.assert_allclose(softmax[i], want_softmax, rtol=1e-13)
+            np.testing.assert_allclose(loss[i], want_loss, rtol=1e-13)
+        gloss = [np.abs(_r(*want_loss.shape)) for _ in range(5)]
+        members = [(label, p, g) for label, p, g in zip(labels, softmax, gloss, strict=True)]
+        _members_equal("softmax_with_cross_entropy_grad", members, (None, None, None), dict(attrs))
+
+
 def test_slice_rule_moves_axes_past_the_member_axis():
     cut = {"axes": [1], "starts": [1], "ends": [3]}
     _members_equal("slice", [(_r(2, 4),) for _ in range(3)], (None,), cut)
