@@ -32,11 +32,14 @@ import math
 import numpy as np
 
 from ops import batching
+from ops.elementwise import elementwise_add as _ADD
+from ops.fill import fill_zeros_like as _ZEROS
 from ops.registry import Attr, register
 from ops.select import slice as _SLICE
+from ops.shape import concat as _CONCAT
 from ops.shape import reshape as _RESHAPE
 from tape.errors import ExecutionError, FluidError, GraphError, InputError, ShapeError
-from tape.tape import apply, apply_inferred, record_known, run_kernel, state
+from tape.tape import apply, apply_inferred, run_kernel, state
 
 
 class Step:
@@ -92,8 +95,10 @@ class Program:
         self.dtype = out_descs[0][1]
         self.sizes = tuple(math.prod(shape) for shape, _ in out_descs)
         self._grads, self._vectorised = {}, {}
-        self.attrs = {"fn": self}  # (a call's attributes, and its result's description)
-        self.desc = (self.out_shape, self.dtype)
+        # (the results as the call's Parts: none for one result, which is Out itself)
+        self.part_descs = list(self.out_descs) if len(self.out_descs) > 1 else []
+        self.attrs = {"fn": self}  # (a call's attributes, and its outputs' descriptions)
+        self.descs = ((self.out_shape, self.dtype), self.part_descs)
 
     @property
     def out_shape(self):
@@ -119,7 +124,17 @@ class Program:
                     expected=f"{shape} {dtype}",
                     actual=f"{tuple(x.shape)} {x.dtype}",
                 )
-        return self.out_shape, self.dtype
+        return self.descs
+
+    def parts(self, packed, lead=()):
+        """The results from a packed output (views): ``lead``: the leading (member) axes."""
+        if not self.part_descs:
+            return []
+        parts, offset = [], 0
+        for (shape, _), size in zip(self.part_descs, self.sizes):
+            parts.append(packed[..., offset : offset + size].reshape(lead + shape))
+            offset += size
+        return parts
 
     def _env(self, xp, values):
         env = [None] * self.size
@@ -235,7 +250,10 @@ class Vectorised:
                     expected=f"{want} {dtype}",
                     actual=f"{tuple(x.shape)} {x.dtype}",
                 )
-        return (n, *program.out_shape), program.dtype
+        return ((n, *program.out_shape), program.dtype), []
+
+    def parts(self, packed, lead=()):
+        return []
 
     def run_results(self, xp, values):
         """The member count and each result stacked over the members."""
@@ -306,11 +324,14 @@ class SummedGrad:
         return [(n, *shape) if per else shape for (shape, _), per in zip(self.descs, self.per)]
 
     def infer(self, xs):
-        _, dtype = self.inner.infer(xs)
+        ((_, dtype), _) = self.inner.infer(xs)
         shapes = self._shapes(self.inner.count(xs))
         if len(shapes) == 1:
-            return shapes[0], dtype
-        return (sum(math.prod(s) for s in shapes),), dtype
+            return (shapes[0], dtype), []
+        return ((sum(math.prod(s) for s in shapes),), dtype), []
+
+    def parts(self, packed, lead=()):
+        return []
 
     def run(self, xp, values):
         n, results = self.inner.run_results(xp, values)
@@ -393,7 +414,8 @@ def _rule_for(step, flags):
     """The batch rule that runs ``step`` over stacked members, or None (member by member)."""
     defn = step.defn
     rule = batching.rule_of(defn)
-    if rule is None or (not defn.single_output and not getattr(rule, "several", False)):
+    several = getattr(rule, "several", False) or getattr(rule, "parts", False)
+    if rule is None or (not defn.single_output and not several):
         return None
     if defn.simple_inputs:
         each, shapes = flags, step.in_shapes
@@ -412,6 +434,8 @@ def _run_rule(xp, step, rule, flags, env, n):
     else:
         inputs = [(f, env[a]) for f, a in zip(flags[0], step.args[0])]
     out = rule.run(xp, kernel, step.attrs, inputs, n, step.out_shapes[0])
+    if getattr(rule, "parts", False):  # (a nested traced call: its results, per member)
+        return out, step.attrs["fn"].parts(out, (n,))
     if defn.single_output:
         return (out if out.__class__ is np.ndarray or xp is not np else np.asarray(out),)
     return tuple(o if o.__class__ is np.ndarray or xp is not np else np.asarray(o) for o in out)
@@ -455,9 +479,29 @@ class _Call(batching.Rule):
 
     name = "call"
     lists = True
+    parts = True  # (``run`` computes Out; the caller takes the Parts from it: ``fill_parts``)
 
     def accepts(self, attrs, shapes, each):
         return attrs["fn"].__class__ is Program and any(each)
+
+    @staticmethod
+    def part_spans(op):
+        """Where each of a call's Parts lies in its (flat) Out: slices."""
+        spans, offset = [], 0
+        for size in op.attrs["fn"].sizes if op.results[1] else ():
+            spans.append(slice(offset, offset + size))
+            offset += size
+        return spans
+
+    @staticmethod
+    def fill_parts(members, out):
+        """Sets each member call's Parts to views of its row of the group's result ``out``."""
+        program = members[0].attrs["fn"]
+        if not program.part_descs:
+            return
+        for op, parts in zip(members, zip(*program.parts(out, (len(members),)))):
+            for var, value in zip(op.results[1], parts):
+                var._value, var._pending = value, None
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         each = tuple(per for per, _ in inputs)
@@ -479,29 +523,34 @@ def _infer(attrs, xs):
 @register(
     "call",
     inputs=("X*",),
+    outputs=("Out", "Parts*"),
     attrs={"fn": Attr("any", required=True)},
     infer=_infer,
     batch=CALL,
 )
 def call(xp, attrs, xs):
     """Out = the traced function ``fn`` (``tape.traced``) applied to X: its arguments, then the
-    parameters it reads; several results leave packed, flattened and joined.
+    parameters it reads; several results leave packed in Out, flattened and joined, and are
+    the Parts (views of Out; none for one result, which is Out).
 
-    dX = call(fn's gradient program, X + [dOut]): the function's ops differentiated once, when
-    first needed, and replayed as one op from then on.
+    dX = call(fn's gradient program, X + [dOut]), dOut joining the Parts' gradients: the
+    function's ops differentiated once, when first needed, and replayed as one op from then on.
     """
-    return attrs["fn"].run(xp, list(xs))
+    fn = attrs["fn"]
+    out = fn.run(xp, list(xs))
+    return out, fn.parts(out)
 
 
 @call.gradient
 def _(g):
-    (xs,), (gout,), fn = g.inputs, g.gouts, g.attrs["fn"]
+    (xs,), fn = g.inputs, g.attrs["fn"]
+    gout = _packed_gradient(g)
     mask = tuple(j for j, x in enumerate(xs) if x.requires_grad)
     grads = [None] * len(xs)
     if not mask or gout is None:
         return (grads,)
     program = fn.grad(mask, state.grad_enabled)
-    flat = apply(call, ([*xs, gout],), {"fn": program})
+    flat = apply(call, ([*xs, gout],), {"fn": program})[0]
     if len(mask) == 1:
         grads[mask[0]] = flat
         return (grads,)
@@ -517,29 +566,36 @@ def _(g):
     return (grads,)
 
 
+def _packed_gradient(g):
+    """The gradient of a call's Out with its Parts' gradients joined in (zeros for a part none
+    reached), or None where none reached any."""
+    gout = g.gouts[0]
+    gparts = g.gouts[1] if len(g.gouts) > 1 else None
+    if not gparts or all(p is None for p in gparts):
+        return gout
+    pieces = [
+        apply(_RESHAPE, (p if p is not None else apply(_ZEROS, (part,), {}),), {"shape": (-1,)})
+        for p, part in zip(gparts, g.outputs[1])
+    ]
+    joined = apply(_CONCAT, (pieces,), _CONCAT.check_attrs({"axis": 0}))
+    return joined if gout is None else apply(_ADD, (gout, joined), _ADD.defaults)
+
+
 def _slice_attrs(start, stop):
     """The checked attributes of ``slice`` taking [start, stop) of a flat array."""
     return _SLICE.check_attrs({"axes": (0,), "starts": (start,), "ends": (stop,)})
 
 
-def unpack(out_descs, out, location=None):
-    """The results (``out_descs``: their shapes and dtypes) of a call from its packed output
-    ``out``: slices (and reshapes) recorded; ``location``: the call's line, on a lazy tape."""
+def unpack(out_descs, out):
+    """The results (``out_descs``: their shapes and dtypes) of a packed output ``out``, as
+    recorded slices (and reshapes): how a traced program reads another call's results."""
     if len(out_descs) == 1:
         return out
     results = []
-    if location is None:
-        for attrs, desc, reshape in _pieces(tuple(out_descs)):
-            piece = apply_inferred(_SLICE, (out,), attrs, desc)
-            if reshape is not None:
-                piece = apply_inferred(_RESHAPE, (piece,), *reshape)
-            results.append(piece)
-        return tuple(results)
-    tape = state.tape
     for attrs, desc, reshape in _pieces(tuple(out_descs)):
-        piece = record_known(tape, _SLICE, (out,), attrs, desc, location)
+        piece = apply_inferred(_SLICE, (out,), attrs, desc)
         if reshape is not None:
-            piece = record_known(tape, _RESHAPE, (piece,), *reshape, location)
+            piece = apply_inferred(_RESHAPE, (piece,), *reshape)
         results.append(piece)
     return tuple(results)
 

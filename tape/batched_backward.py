@@ -77,7 +77,7 @@ def gradients(tape, loss, run, seed):
                     if _one(op, pending, backward):
                         reached.append(op)
             else:
-                gout, active = flows.take(unit, members, pending, backward._total)
+                gout, active = flows.take(unit, members, pending, backward._total, rule)
                 if gout is not None:
                     facts = facts if len(active) == len(members) else None
                     reached += _group(
@@ -199,10 +199,12 @@ class _Flows:
         if reached is not None:
             reached[at] = True
 
-    def take(self, unit, members, pending, total):
+    def take(self, unit, members, pending, total, rule=None):
         """The stacked gradient of a group's outputs (None where none reached it) and the
         members it reached: the group's rows, with any gradient an op outside the groups sent
-        a member (``pending``) added in."""
+        a member (``pending``) added in; for a rule with ``parts`` (a traced call's results,
+        views of its output), the gradients its members' parts received, added where each
+        part lies in the row."""
         value, reached = self.value.pop(unit, None), self.reached.pop(unit, None)
         extra = []
         ids = self.outputs[unit]
@@ -210,16 +212,26 @@ class _Flows:
         if sent:
             for row, key in enumerate(ids):
                 if key in sent:
-                    extra.append((row, total(pending.pop(key))._value))
+                    extra.append((row, None, total(pending.pop(key))._value))
+        if getattr(rule, "parts", False):
+            spans = rule.part_spans(members[0])
+            for row, op in enumerate(members):
+                for var, span in zip(op.results[1], spans):
+                    item = pending.pop(id(var), None)
+                    if item is not None:
+                        extra.append((row, span, total(item)._value.reshape(-1)))
         if value is None and not extra:
             return None, ()
         if value is None:
-            first = extra[0][1]
-            xp = array_module(first)
-            value = xp.zeros((len(members),) + first.shape, first.dtype)
+            shape, dtype = members[0].results[0].shape, members[0].results[0].dtype
+            xp = array_module(extra[0][2])
+            value = xp.zeros((len(members), *shape), dtype)
             reached = xp.zeros(len(members), bool)
-        for row, g in extra:
-            value[row] += g
+        for row, span, g in extra:
+            if span is None:
+                value[row] += g
+            else:
+                value[row, span] += g
             if reached is not None:
                 reached[row] = True
         if reached is None or reached.all():

@@ -477,7 +477,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
     order), so a run with nothing to batch pays only the schedule's linear scans."""
     ops, steps = decision.ops, decision.steps
     barriers = [op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)]
-    plan = autobatch.schedule(ops, barriers, heuristic)
+    plan = autobatch.schedule(ops, barriers, heuristic, parts=True)
     batched = plan.batched()
     tape._last_autobatch = (len(ops), [_described(ops[g[0]], n) for g, n in batched], plan.bailed)
     if not batched:
@@ -641,6 +641,8 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
         result = ops[position].results[0]
         result._value, result._pending = part, None
         append(id(result))
+    if getattr(rule, "parts", False):  # (views of each member's row: a traced call's results)
+        rule.fill_parts([ops[position] for position in members], out)
     # (a copy gathered is not kept: it would hold memory no Variable holds)
     return ids, [value if value.base is not None else None for _, value in inputs], out
 

@@ -225,10 +225,6 @@ def run_before_backward(tape, loss):
     batching = None if options.exact else options.autobatch
     choice = None
     tape._with_backward = tape._unmeasured = tape._eager_count = None
-    if "_traced_unpacked" in tape.__dict__:  # (traced calls' unread slices: tape.traced)
-        from tape.traced import drop_unread
-
-        drop_unread(tape)
     if batching == "auto":
         choice = _choose(tape._pending_ops, probe=tape.probe)
         tape._eager_count = autobatch_choice.recorded_eagerly(tape._pending_ops)

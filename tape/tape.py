@@ -502,28 +502,6 @@ def apply_inferred(defn, args, attrs, descs):
     return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
-def record_known(tape, defn, args, attrs, desc, location):
-    """``apply_inferred`` on a lazy ``tape`` where the caller also knows the user's line
-    (``location``): a one-output op recorded with no inference and no walk of the stack, for
-    ops the library adds beside one it just recorded (``tape.traced``'s slices of a call's
-    packed results, two per call)."""
-    if _HOOK is not None or record is not _RECORD or not tape.lazy or state.trusted:
-        return apply_inferred(defn, args, attrs, desc)
-    if SHARED:
-        guard.seal(tape, args)
-    shape, dtype = desc
-    grad = state.grad_enabled and _wants_grad(args)
-    out = Variable._make(None, shape, dtype, grad and dtype.kind in "fc")
-    out._pending = tape
-    op = OpHandle(defn, args, (out,), attrs, location, len(tape._ops))
-    tape._ops.append(op)
-    pending = tape._pending_ops
-    if len(pending) & STEP_MASK == 0:
-        _step_mark(pending)
-    pending.append(op)
-    return out
-
-
 def dispatch(defn, inputs, attrs):
     """OpDef.__call__: converts the user's positional inputs and attributes, then records."""
     args = inputs if defn.fast and len(inputs) == len(defn.input_slots) else None

@@ -24,7 +24,7 @@ group would share one draw, or update a parameter once per member).
 from __future__ import annotations
 
 import functools
-import sys
+import weakref
 
 import numpy as np
 
@@ -62,19 +62,19 @@ class TracedFunction:
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
-        out = apply_inferred(call, ([*inputs, *program.captured],), program.attrs, program.desc)
-        if len(program.out_descs) == 1:
+        out, parts = apply_inferred(
+            call, ([*inputs, *program.captured],), program.attrs, program.descs
+        )
+        if not parts:
             return out
-        ops = current._ops
-        before = len(ops)
-        results = unpack(program.out_descs, out, ops[-1].location)
         if pieces is None:
             pieces = current._traced_pieces = {}
-            current._traced_unpacked = []
-        current._traced_unpacked += ops[before:]
-        for index, part in enumerate(results):
-            pieces[id(part)] = (out, program.out_descs, index)
-        return results
+        layout, packed = program.out_descs, weakref.ref(out)
+        for index, part in enumerate(parts):
+            key = id(part)
+            pieces[key] = (weakref.ref(part, lambda _, key=key: pieces.pop(key, None)), packed)
+            pieces[key] += (layout, index)
+        return tuple(parts)
 
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
@@ -84,34 +84,6 @@ class TracedFunction:
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
         return program
-
-
-def drop_unread(tape):
-    """Removes from ``tape`` the slices that unpacked traced calls' results which nothing
-    reads: no op, nor the user (the tape holds the only reference). A tree of traced calls
-    passes results on packed (``_signature``), so all but the root's are unread; run before a
-    new structure's first run (``tape.lazy.run_before_backward``), they would be scheduled and
-    run for nothing."""
-    unpacked = tape.__dict__.pop("_traced_unpacked", None)
-    if not unpacked:
-        return
-    tape.__dict__.pop("_traced_pieces", None)
-    ops, dropped = tape._ops, set()
-    for op in reversed(unpacked):  # (a reshape before the slice it reads)
-        out = op.results[0]
-        if op.index >= len(ops) or ops[op.index] is not op or out._pending is not tape:
-            continue
-        # references: the op's results, this frame's ``out``, getrefcount's argument
-        if sys.getrefcount(out) <= _UNREAD:
-            dropped.add(id(op))
-            ops[op.index] = None
-            op.args = ()  # (the slice it reads is unread now, if nothing else reads it)
-        out = None
-    if dropped:
-        tape._pending_ops = [op for op in tape._pending_ops if id(op) not in dropped]
-
-
-_UNREAD = 3
 
 
 def traced(fn):
@@ -133,7 +105,9 @@ def _signature(fn, args, pieces):
             arg = Variable(arg)
         if arg.__class__ is Variable or isinstance(arg, Variable):
             piece = pieces.get(id(arg)) if pieces else None
-            source = arg if piece is None else piece[0]
+            source = None if piece is None or piece[0]() is not arg else piece[1]()
+            if source is None:  # (a plain Variable, or a result whose call the tape dropped)
+                piece, source = None, arg
             index = position.get(id(source))
             if index is None:
                 index = position[id(source)] = len(inputs)
@@ -141,7 +115,7 @@ def _signature(fn, args, pieces):
             if piece is None:
                 spec = ("var", index, tuple(arg.shape), arg.dtype)
             else:
-                spec = ("piece", index, piece[1], piece[2])
+                spec = ("piece", index, piece[2], piece[3])
             key.append(spec)
             continue
         try:

@@ -75,13 +75,15 @@ class Schedule:
         return [(group, len(group)) for group, rule in zip(self.groups, self.rules) if rule]
 
 
-def schedule(ops, barriers, heuristic="agenda", min_group=MIN_GROUP) -> Schedule:
+def schedule(ops, barriers, heuristic="agenda", min_group=MIN_GROUP, parts=False) -> Schedule:
     """Groups the run's ``ops`` (in tape order); ``barriers[i]``: op i must keep its place
-    relative to every other op (side effects, in-place)."""
+    relative to every other op (side effects, in-place). ``parts``: the caller fills the
+    ``Parts`` outputs of ops whose rule says so (``ops.call``: the interpreter does, a
+    compiled plan's groups do not), so those batch too."""
     if heuristic not in HEURISTICS:
         raise ValueError(f"unknown autobatch heuristic {heuristic!r}; valid: {HEURISTICS}")
     result, start = Schedule(), 0
-    signatures = _Signatures()
+    signatures = _Signatures(parts)
     for index, barrier in enumerate(barriers):
         if barrier:
             _segment(ops, start, index, signatures, heuristic, min_group, result)
@@ -258,7 +260,8 @@ class _Signatures:
     ``rules[k]``: signature k's batch rule; ``counts[k]``: its ops in the last segment;
     ``bailed``: ops of segments where no signature had enough members to form a group."""
 
-    def __init__(self):
+    def __init__(self, parts=False):
+        self.parts = parts
         self.kinds = {}  # defn -> its rule, or None: the op never batches
         self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
         self.known = {}  # (defn, attribute key, inputs) -> signature
@@ -274,7 +277,7 @@ class _Signatures:
             defn = op.defn
             rule = kinds.get(defn, _UNSEEN)
             if rule is _UNSEEN:
-                rule = kinds[defn] = _rule(defn)
+                rule = kinds[defn] = _rule(defn, self.parts)
             if rule is None:
                 append(-1)
                 continue
@@ -321,13 +324,17 @@ class _Signatures:
         return len(self.rules) - 1
 
 
-def _rule(defn):
+def _rule(defn, parts=False):
     """The op type's batch rule, or None when it never batches (random, side-effecting or
-    in-place ops; several outputs or list inputs, except the list rule's one list slot)."""
+    in-place ops; several outputs or list inputs, except the list rule's one list slot, and
+    a first output with ``Parts`` views of it where the caller fills them: ``parts``)."""
     if defn.random or defn.side_effect or defn.inplace:
         return None
     rule = rule_of(defn)
-    if rule is None or (not defn.fast and (not rule.lists or not defn.single_output)):
+    if rule is None or defn.fast:
+        return rule
+    several = not defn.single_output and not (parts and getattr(rule, "parts", False))
+    if not rule.lists or several:
         return None
     return rule
 

@@ -149,21 +149,61 @@ def test_a_program_is_traced_once_per_signature():
     assert len(program._grads) >= 1  # (its gradient traced once, on the first backward)
 
 
-def test_results_passed_between_calls_are_not_sliced():
-    """Only the roots' results are read outside calls: the other slices are never run."""
+def test_results_passed_between_calls_are_read_packed():
+    """A call's results are its Parts (views of its packed output); a call reading another
+    call's results reads the packed output itself, which the program slices: no op between
+    the calls."""
     p = _tree_params()
     leaf, node = _tree_model(p)
     leaf, node = tape.traced(leaf), tape.traced(node)
     tape.reset_global_tape()
     with tape.lazy(autobatch=True):
         h, c = node(*node(*leaf(np.array(1)), *leaf(np.array(2))), *leaf(np.array(3)))
-        loss = (h * c).sum()
-        slices = [op for op in tape.get_global_tape()._pending_ops if op.type == "slice"]
-        assert len(slices) == 2 * 5  # (two per call, recorded as the calls return)
-        tape.backward(loss)
-        tape.get_global_tape().realize([loss])
-    ran = [op for op in tape.get_global_tape()._ops if op is not None and op.type == "slice"]
-    assert len(ran) <= 2
+        recorded = tape.get_global_tape()._pending_ops
+        assert [op.type for op in recorded] == ["call"] * 5
+        outer = recorded[-1]  # (after leaf 1, leaf 2, the inner node and leaf 3)
+        assert outer.args[0][0] is recorded[2].results[0]  # (the inner node's packed output)
+        assert outer.args[0][1] is recorded[3].results[0]  # (the third leaf's)
+        (h * c).sum().numpy()
+        np.testing.assert_array_equal(h.numpy(), outer.results[0].numpy()[:H])
+
+
+def test_results_read_by_other_ops_get_their_gradients_in_a_batched_backward():
+    w = tape.Variable(np.random.default_rng(0).standard_normal((3, 3)), requires_grad=True)
+
+    def f(x):
+        y = ops.tanh(ops.matmul(x, w))
+        return y, y * x
+
+    traced = tape.traced(f)
+    xs = [np.random.default_rng(k).standard_normal(3) for k in range(6)]
+    got = {}
+    for fn, lazy in ((f, None), (traced, {"autobatch": True})):
+        tape.reset_global_tape()
+        w.clear_grad()
+        with tape.lazy(enabled=lazy is not None, **(lazy or {})):
+            outs = [fn(tape.Variable(x)) for x in xs]
+            loss = ops.stack([(a * b).sum() + a.sum() for a, b in outs]).sum()
+            tape.backward(loss)
+            got[lazy is None] = float(loss.numpy()), w.grad().numpy().copy()
+    counts, _ = tape.get_global_tape()._batched_backward
+    assert counts["call"] == [1, 6]  # (one group of six, differentiated as one)
+    assert got[False][0] == pytest.approx(got[True][0], rel=1e-12)
+    np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
+
+
+def test_a_repeated_structure_runs_its_compiled_plan_with_calls():
+    """The same trees every step: lazy mode learns the structure and runs a compiled plan."""
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    traced_leaf, traced_node = tape.traced(leaf), tape.traced(node)
+    trees = _trees(7)
+    want = _forest_step(p, leaf, node, trees, None)
+    for _ in range(4):
+        got = _forest_step(p, traced_leaf, traced_node, trees, {})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        for name in p:
+            np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-10, atol=1e-12)
 
 
 def test_parameters_are_read_when_the_call_runs():
