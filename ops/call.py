@@ -328,10 +328,22 @@ class SummedGrad:
         shapes = self._shapes(self.inner.count(xs))
         if len(shapes) == 1:
             return (shapes[0], dtype), []
-        return ((sum(math.prod(s) for s in shapes),), dtype), []
+        return ((sum(math.prod(s) for s in shapes),), dtype), [(s, dtype) for s in shapes]
 
     def parts(self, packed, lead=()):
-        return []
+        """Each input's gradient, a view of the flat ``packed`` (the member count read from its
+        size: per-member gradients take ``n`` times their member's size)."""
+        if len(self.descs) == 1:
+            return []
+        sizes = [math.prod(shape) for shape, _ in self.descs]
+        shared = sum(size for size, per in zip(sizes, self.per) if not per)
+        n = (packed.size - shared) // max(1, sum(s for s, per in zip(sizes, self.per) if per))
+        parts, offset = [], 0
+        for shape in self._shapes(n):
+            size = math.prod(shape)
+            parts.append(packed[offset : offset + size].reshape(shape))
+            offset += size
+        return parts
 
     def run(self, xp, values):
         n, results = self.inner.run_results(xp, values)
@@ -550,19 +562,9 @@ def _(g):
     if not mask or gout is None:
         return (grads,)
     program = fn.grad(mask, state.grad_enabled)
-    flat = apply(call, ([*xs, gout],), {"fn": program})[0]
-    if len(mask) == 1:
-        grads[mask[0]] = flat
-        return (grads,)
-    offset = 0
-    for j in mask:
-        shape = tuple(xs[j].shape)
-        size = math.prod(shape)
-        piece = apply(_SLICE, (flat,), _slice_attrs(offset, offset + size))
-        if len(shape) != 1:
-            piece = apply(_RESHAPE, (piece,), {"shape": shape})
-        grads[j] = piece
-        offset += size
+    out, parts = apply(call, ([*xs, gout],), {"fn": program})  # (parts: one per input in mask)
+    for j, grad in zip(mask, parts or [out]):
+        grads[j] = grad
     return (grads,)
 
 

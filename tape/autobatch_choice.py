@@ -42,7 +42,7 @@ def model_key(pending):
     """The id of the first parameter (a persistable Variable, or a leaf requiring a gradient)
     that ``pending``'s first ops read, or None: what stands for the model in ``_MODELS``."""
     for op in pending[:_SCAN]:
-        for var in op.args:
+        for var in op.args if op.defn.simple_inputs else op.input_vars():
             if var.__class__ is Variable and (var.persistable or (var._leaf and var.requires_grad)):
                 return id(var)
     return None

@@ -225,7 +225,11 @@ def run_before_backward(tape, loss):
     batching = None if options.exact else options.autobatch
     choice = None
     tape._with_backward = tape._unmeasured = tape._eager_count = None
-    if batching == "auto":
+    if batching == "auto" and tape.traced_calls:
+        # (a traced function's call run alone interprets its program op by op, dearer than
+        # the eager ops it stands for; a group's call runs it once for all: always batch)
+        batching = HEURISTICS[0]
+    elif batching == "auto":
         choice = _choose(tape._pending_ops, probe=tape.probe)
         tape._eager_count = autobatch_choice.recorded_eagerly(tape._pending_ops)
         batching = HEURISTICS[0] if choice[1] else None

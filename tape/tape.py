@@ -59,6 +59,7 @@ class Tape:
         # its run before the backward).
         self.speculated = self.probe = self._unbatched_forward = False
         self.started = None  # (a step's global tape: when it started, for autobatch's choice)
+        self.traced_calls = False  # (whether a tape.traced function's call was recorded)
         guard.register(self)
 
     @property

@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from ops.call import Program, Step, call, unpack
+from tape import tier_choice
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import Tape, apply, apply_inferred, state
 from tape.variable import Variable
@@ -40,13 +41,24 @@ class TracedFunction:
     def __init__(self, fn):
         self.fn = fn
         self.programs = {}  # signature -> Program
-        functools.update_wrapper(self, fn)
+        self.attribute = None  # (the name it is a method under: __set_name__)
+        functools.update_wrapper(self, fn, updated=())
 
     def __repr__(self):
-        return f"<traced function {self.fn.__qualname__}>"
+        return f"<traced function {getattr(self.fn, '__qualname__', self.fn)}>"
 
-    def __get__(self, instance, owner):  # (a method: bound like a plain function)
-        return self if instance is None else functools.partial(self, instance)
+    def __set_name__(self, owner, name):
+        self.attribute = name
+
+    def __get__(self, instance, owner):
+        """A method: traced per instance (its traces read that instance's parameters and die
+        with it), kept in the instance's ``__dict__`` so that it is bound once."""
+        if instance is None:
+            return self
+        bound = TracedFunction(self.fn.__get__(instance, owner))
+        if self.attribute is not None and hasattr(instance, "__dict__"):
+            instance.__dict__[self.attribute] = bound
+        return bound
 
     def __call__(self, *args):
         current = state.tape
@@ -61,6 +73,7 @@ class TracedFunction:
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
+        current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = apply_inferred(
             call, ([*inputs, *program.captured],), program.attrs, program.descs
@@ -157,6 +170,7 @@ def trace(fn, args, specs, inputs):
     key; ``inputs``: the Variables a call passes; see ``_signature``)."""
     name = getattr(fn, "__qualname__", repr(fn))
     location = user_location()
+    tier_choice.cold()  # (work a warm step does not do: the step is not timed for a choice)
     with _Tracing() as tape:
         holders = [_placeholder(v.shape, v.dtype, v.dtype.kind in "fc", tape) for v in inputs]
         traced_args = []
@@ -348,6 +362,7 @@ def trace_gradient(program, mask, differentiable):
 
     backward = importlib.import_module("tape.backward")  # (``tape.backward`` is the function)
     name = f"{program.name}'"
+    tier_choice.cold()
     with _Tracing() as tape:
         holders = [
             _placeholder(shape, dtype, j in mask, tape)

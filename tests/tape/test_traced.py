@@ -4,11 +4,15 @@ and gradients equal the function's own ops (bit for bit unbatched, within roundi
 what a trace cannot capture is refused at the user's line.
 """
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import layers
 import ops
 import optim
 import tape
@@ -132,6 +136,45 @@ def test_calls_ready_together_run_as_one_batched_call_forward_and_backward():
     assert groups == 3 and members == 32 + 16 + 8
     text = tape.explain()
     assert "call" in text
+
+
+def test_autobatch_auto_always_batches_traced_calls():
+    """A call run alone interprets its program: the default never measures that way."""
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    leaf, node = tape.traced(leaf), tape.traced(node)
+    for seed in range(4):
+        _forest_step(p, leaf, node, _trees(seed, count=8), {"compile": False})
+        assert "interpreted run, autobatched" in tape.explain()
+
+
+class _Cell(layers.Function):
+    def __init__(self, scale):
+        super().__init__()
+        self.w = layers.Linear(3, 3)
+        self.scale = scale
+
+    @tape.traced
+    def step(self, x):
+        return ops.tanh(self.w(x)) * self.scale
+
+
+def test_a_traced_method_is_traced_per_instance():
+    a, b = _Cell(1.0), _Cell(2.0)
+    x = np.ones(3)
+    with tape.lazy():
+        ya, yb = a.step(tape.Variable(x)), b.step(tape.Variable(x))
+        for cell, y in ((a, ya), (b, yb)):
+            want = cell.scale * np.tanh(x @ cell.w.weight.numpy() + cell.w.bias.numpy())
+            np.testing.assert_allclose(y.numpy(), want)
+    assert a.step is a.step and a.step is not b.step  # (bound once per instance)
+    assert len(a.step.programs) == len(b.step.programs) == 1
+    assert not _Cell.step.programs  # (nothing traced on the class itself)
+    dead = weakref.ref(a)
+    del a, ya
+    tape.reset_global_tape()
+    gc.collect()
+    assert dead() is None  # (its traces die with it)
 
 
 def test_a_program_is_traced_once_per_signature():
