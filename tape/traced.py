@@ -112,7 +112,7 @@ def _signature(fn, args, pieces):
     constant one), a result of another traced call (the call's packed output is passed
     instead, and the program slices it: a tree of calls records no slices between them), or
     a hashable Python value (keyed by its value)."""
-    key, inputs, position = [], [], {}
+    key, inputs = [], []
     for k, arg in enumerate(args):
         if arg.__class__ is not Variable and isinstance(arg, np.ndarray):
             arg = Variable(arg)
@@ -121,15 +121,18 @@ def _signature(fn, args, pieces):
             source = None if piece is None or piece[0]() is not arg else piece[1]()
             if source is None:  # (a plain Variable, or a result whose call the tape dropped)
                 piece, source = None, arg
-            index = position.get(id(source))
-            if index is None:
-                index = position[id(source)] = len(inputs)
+            index = len(inputs)
+            for i, known in enumerate(inputs):  # (a few: a scan beats a dictionary)
+                if known is source:
+                    index = i
+                    break
+            if index == len(inputs):
                 inputs.append(source)
             if piece is None:
-                spec = ("var", index, tuple(arg.shape), arg.dtype)
+                shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
+                key.append(("var", index, shape, arg.dtype))
             else:
-                spec = ("piece", index, piece[2], piece[3])
-            key.append(spec)
+                key.append(("piece", index, piece[2], piece[3]))
             continue
         try:
             hash(arg)
