@@ -29,6 +29,7 @@ import weakref
 import numpy as np
 
 from ops.call import Program, Step, call, unpack
+from ops.xp import _on_gpu
 from tape import tier_choice
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import Tape, apply, apply_inferred, state
@@ -66,8 +67,8 @@ class TracedFunction:
             from tape.tape import get_global_tape
 
             current = get_global_tape()
-        if not current.lazy:
-            return self.fn(*args)
+        if not current.lazy:  # (arrays as Variables, as a trace gives them to the function)
+            return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
         pieces = current.__dict__.get("_traced_pieces")
         key, inputs = _signature(self.fn, args, pieces)
         program = self.programs.get(key)
@@ -106,6 +107,10 @@ def traced(fn):
     return TracedFunction(fn)
 
 
+def _is_array(value):
+    return isinstance(value, np.ndarray) or _on_gpu(value)
+
+
 def _signature(fn, args, pieces):
     """The cache key of a call, per argument how the trace reads it, and the Variables the call
     passes. An argument is a Variable (keyed by its shape and dtype; an array becomes a
@@ -114,7 +119,7 @@ def _signature(fn, args, pieces):
     a hashable Python value (keyed by its value)."""
     key, inputs = [], []
     for k, arg in enumerate(args):
-        if arg.__class__ is not Variable and isinstance(arg, np.ndarray):
+        if arg.__class__ is not Variable and _is_array(arg):
             arg = Variable(arg)
         if arg.__class__ is Variable or isinstance(arg, Variable):
             piece = pieces.get(id(arg)) if pieces else None

@@ -134,3 +134,47 @@ def test_a_lazy_structure_learnt_on_the_cpu_runs_on_the_gpu_after_it(options):
         assert isinstance(gpu_grad, DeviceArray)
         np.testing.assert_allclose(to_numpy(gpu_total), to_numpy(cpu_total), rtol=1e-5)
         np.testing.assert_allclose(to_numpy(gpu_grad), to_numpy(cpu_grad), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("autobatch", [True, False], ids=["batched", "alone"])
+def test_traced_calls_on_the_emulated_gpu_equal_the_cpu(autobatch):
+    """tape.traced programs read their constants on the device and run vectorised there: a
+    forest of traced node calls (a tree's results passed on packed), with an embedding table's
+    and a weight's gradients summed over each group in one call."""
+
+    def run(device=None):
+        upload = (lambda a: a) if device is None else device.asarray
+        rng = np.random.default_rng(0)
+        table = tape.Variable(upload(rng.standard_normal((7, 4)).astype(np.float32)))
+        w = tape.Variable(upload((rng.standard_normal((8, 8)) * 0.5).astype(np.float32)))
+        table.requires_grad = w.requires_grad = True
+        scale = tape.Variable(upload(np.full(4, 0.5, np.float32)))  # (a constant it reads)
+
+        @tape.traced
+        def leaf(word):
+            x = ops.lookup_table(table, word)
+            return ops.tanh(x) * scale, x
+
+        @tape.traced
+        def node(hl, cl, hr, cr):
+            z = ops.tanh(ops.matmul(ops.concat([hl, hr]), w))
+            return z[:4] * cl, z[4:] + cr
+
+        with tape.lazy(autobatch=autobatch, compile=False):
+            tape.reset_global_tape()
+            roots = []
+            for words in ([1, 2, 3, 4], [5, 6, 0, 1], [2, 2, 3, 6]):
+                leaves = [leaf(upload(np.array(k))) for k in words]
+                left, right = node(*leaves[0], *leaves[1]), node(*leaves[2], *leaves[3])
+                roots.append(node(*left, *right))
+            loss = ops.stack([(h * c).sum() for h, c in roots]).sum()
+            tape.backward(loss)
+            return loss.value(), table.grad().value(), w.grad().value()
+
+    cpu = run()
+    device = EmulatedDevice()
+    with installed(device), tape.device("gpu"):
+        gpu = run(device)
+        assert all(isinstance(value, DeviceArray) for value in gpu)
+        for got, want in zip(gpu, cpu, strict=True):
+            np.testing.assert_allclose(to_numpy(got), to_numpy(want), rtol=1e-5, atol=1e-6)
