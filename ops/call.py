@@ -20,8 +20,11 @@ signature into a ``Program`` (the registered ops it records, numbered); each cal
   of inputs that need a gradient); a group's gradient is the gradient program vectorised, the
   gradients of shared inputs (parameters) summed over the members.
 
-Several outputs leave a call packed in one flat array (one dtype; ``tape.traced`` slices them
-apart), so a call is a one-output op, which the autobatching and gradient passes handle.
+Several results leave a call packed in one flat array, ``Out`` (one dtype), and are its
+``Parts``, views of it: a group's call computes one array whose rows are its members' ``Out``,
+as autobatching's other rules do, and fills the parts from it (``CALL.fill_parts``); a call
+reading another call's results reads its ``Out`` (``tape.traced``). A gradient call's parts
+are the input gradients.
 """
 
 from __future__ import annotations

@@ -84,10 +84,10 @@ class TracedFunction:
         if pieces is None:
             pieces = current._traced_pieces = {}
         layout, packed = program.out_descs, weakref.ref(out)
-        for index, part in enumerate(parts):
+        for index, part in enumerate(parts):  # (entries leave with their parts)
             key = id(part)
-            pieces[key] = (weakref.ref(part, lambda _, key=key: pieces.pop(key, None)), packed)
-            pieces[key] += (layout, index)
+            gone = weakref.ref(part, lambda _, key=key: pieces.pop(key, None))
+            pieces[key] = (gone, packed, layout, index)
         return tuple(parts)
 
     def program_for(self, *args):
@@ -144,7 +144,8 @@ def _signature(fn, args, pieces):
         except TypeError:
             raise InputError(
                 "call",
-                f"argument {k} of traced function '{fn.__qualname__}' is neither a Variable, "
+                f"argument {k} of traced function '{getattr(fn, '__qualname__', fn)}' is neither "
+                "a Variable, "
                 "an array nor hashable",
                 actual=type(arg).__name__,
                 hint="pass it as a Variable, or close over it",
@@ -154,12 +155,24 @@ def _signature(fn, args, pieces):
     return tuple(key), inputs
 
 
+class _TraceTape(Tape):
+    """The private lazy tape a trace records on: nothing runs on it."""
+
+    def realize(self, variables):
+        raise GraphError(
+            "call",
+            "a traced function read a value while it was traced (its arguments have none yet)",
+            hint="compute from Variables only inside it; read values after the call",
+            location=user_location(),
+        )
+
+
 class _Tracing:
     """A private lazy tape recording for the duration of a trace (nothing runs on it)."""
 
     def __enter__(self):
         self.saved = (state.tape, state.grad_enabled, state.trusted, state.location)
-        self.tape = Tape(lazy=True)
+        self.tape = _TraceTape(lazy=True)
         state.tape, state.grad_enabled, state.trusted, state.location = self.tape, True, False, None
         return self.tape
 

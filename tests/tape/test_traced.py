@@ -343,6 +343,12 @@ def test_reading_a_value_computed_in_the_step_must_be_an_argument():
     assert "test_traced.py" in str(info.value)
 
 
+def test_reading_a_value_inside_a_trace_is_refused():
+    f = tape.traced(lambda x: x * float(x.sum().numpy()))
+    with tape.lazy(), pytest.raises(GraphError, match="read a value while it was traced"):
+        f(tape.Variable(np.ones(2)))
+
+
 def test_random_ops_are_refused():
     f = tape.traced(lambda x: ops.dropout(x, dropout_prob=0.5))
     with tape.lazy(), pytest.raises(GraphError, match="random op 'dropout'"):
