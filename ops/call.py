@@ -216,7 +216,9 @@ class Vectorised:
             elif varies:
                 how, rule = "members", _rule_for(step, flags)
                 if rule is not None:
-                    how = "rule"
+                    direct = _direct(step, rule, flags)
+                    how = "rule" if direct is None else "direct"
+                    rule = rule if direct is None else direct
                 elif step.defn.type == "split" and flags[0]:
                     how = "split"  # (the members' pieces: one split past the member axis)
                 for ref in step.outs:
@@ -263,12 +265,19 @@ class Vectorised:
         program = self.program
         n = self.count(values)
         env = program._env(xp, values)
+        numpy = xp is np
         for step, how, rule, flags in self.plan:
             try:
+                if how == "direct" and numpy:  # (most steps: a short way to the kernel)
+                    # (``rule`` holds the attributes the stacked operands take)
+                    env[step.outs[0]] = step.defn.kernel(np, rule, *[env[a] for a in step.args])
+                    continue
                 if how == "shared":
                     results = run_kernel(step.defn, step.attrs, step.values(env))
                 elif how == "rule":
                     results = _run_rule(xp, step, rule, flags, env, n)
+                elif how == "direct":  # (on a GPU: its own kernels)
+                    results = _run_rule(xp, step, batching.rule_of(step.defn), flags, env, n)
                 elif how == "split":
                     results = _run_split(xp, step, env)
                 elif how == "summed":
@@ -423,6 +432,27 @@ def _summed_product(xp, step, env):
 # Ops whose results summed over a group's members are one call on the stacked operands: the
 # gradients of a weight (a product) and of an embedding table (rows added per id).
 _SUMMABLE = frozenset({"outer", "matmul", "lookup_table_grad"})
+
+
+def _direct(step, rule, flags):
+    """The attributes with which ``step``'s own kernel computes the whole group from its
+    operands as they are (stacked or shared), or None where the rule must reshape them: an
+    elementwise op whose per-member operands have the result's rank (the member axes line up)
+    and whose shared ones no higher (they broadcast); a ``slice`` of per-member operands, its
+    axes moved past the member axis."""
+    defn = step.defn
+    if not defn.fast:
+        return None
+    if rule is batching.SLICE:
+        return rule._moved(step.attrs) if all(flags) else None
+    if rule is not batching.ELEMENTWISE or step.attrs.get("axis", -1) != -1:
+        return None
+    rank = len(step.out_shapes[0])
+    fits = all(
+        len(shape) == rank if per else len(shape) <= rank
+        for shape, per in zip(step.in_shapes, flags)
+    )
+    return step.attrs if fits else None
 
 
 def _rule_for(step, flags):
