@@ -503,6 +503,38 @@ def apply_inferred(defn, args, attrs, descs):
     return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
+def record_lazy(tape, defn, args, attrs, descs):
+    """``apply_inferred`` for a lazy ``tape`` (the caller's), every output a new Variable: the
+    part of ``record`` such an op takes, for ``tape.traced``'s calls (one op standing for a
+    function's ~20, so its few microseconds of recording are the step's largest cost left).
+    Anything ``record`` would watch (an observer, shared buffers, a trusted backward) takes
+    the whole way."""
+    if _HOOK is not None or record is not _RECORD or SHARED or state.trusted or not tape.lazy:
+        return apply_inferred(defn, args, attrs, descs)
+    grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
+    results = []
+    for desc in (descs,) if defn.single_output else descs:
+        if desc.__class__ is list:
+            slot = [Variable._make(None, d[0], d[1], grad and d[1].kind in "fc") for d in desc]
+            for var in slot:
+                var._pending = tape
+            results.append(slot)
+        else:
+            var = Variable._make(None, desc[0], desc[1], grad and desc[1].kind in "fc")
+            var._pending = tape
+            results.append(var)
+    location = state.location or user_location(3)
+    op = OpHandle(defn, args, tuple(results), attrs, location, len(tape._ops))
+    tape._ops.append(op)
+    pending = tape._pending_ops
+    if len(pending) & STEP_MASK == 0:
+        _step_mark(pending)
+    pending.append(op)
+    if defn.single_output:
+        return results[0]
+    return tuple(results) if defn.returns is None else defn.returns(tuple(results))
+
+
 def dispatch(defn, inputs, attrs):
     """OpDef.__call__: converts the user's positional inputs and attributes, then records."""
     args = inputs if defn.fast and len(inputs) == len(defn.input_slots) else None

@@ -32,7 +32,7 @@ from ops.call import Program, Step, call, unpack
 from ops.xp import _on_gpu
 from tape import tier_choice
 from tape.errors import FluidError, GraphError, InputError, user_location
-from tape.tape import Tape, apply, apply_inferred, state
+from tape.tape import Tape, apply, record_lazy, state
 from tape.variable import Variable
 
 
@@ -76,8 +76,8 @@ class TracedFunction:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
         current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
-        out, parts = apply_inferred(
-            call, ([*inputs, *program.captured],), program.attrs, program.descs
+        out, parts = record_lazy(
+            current, call, ([*inputs, *program.captured],), program.attrs, program.descs
         )
         if not parts:
             return out
