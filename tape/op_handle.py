@@ -66,6 +66,8 @@ def _slot_view(slots, entries):
 
 
 def _flatten(entries):
+    if len(entries) == 1 and entries[0].__class__ is list:
+        return list(entries[0])  # (one list slot, as a traced call or a sum reads: a copy)
     flat = []
     for entry in entries:
         if entry is None:
