@@ -7,7 +7,8 @@ of it batch as one (``ops.call`` says how and why).
         ...
         return h, c
 
-In eager mode a traced function simply runs. In a ``tape.lazy()`` block its first call with
+In eager mode (and with ``tape.lazy(exact=True)``, which promises eager mode's bits) a traced
+function simply runs, its ops recorded as they come. In a ``tape.lazy()`` block its first call with
 given argument shapes and dtypes records its ops once, on a tape of its own, into a program;
 every call then records one ``call`` op, which the autobatching pass groups with the other calls
 ready at the same time and runs as the program vectorised over them. Its gradient is traced
@@ -24,6 +25,7 @@ group would share one draw, or update a parameter once per member).
 from __future__ import annotations
 
 import functools
+import importlib
 import weakref
 
 import numpy as np
@@ -67,7 +69,9 @@ class TracedFunction:
             from tape.tape import get_global_tape
 
             current = get_global_tape()
-        if not current.lazy:  # (arrays as Variables, as a trace gives them to the function)
+        if not current.lazy or _lazy_options().exact:
+            # (its ops recorded as they come: eager, or lazy with eager's bits, exact=True;
+            # arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
         pieces = current.__dict__.get("_traced_pieces")
         key, inputs = _signature(self.fn, args, pieces)
@@ -105,6 +109,15 @@ def traced(fn):
     or a tuple of Variables of one dtype out) runs as one op per call in lazy mode, batched
     with the other calls ready at once. See the module docstring for what a trace fixes."""
     return TracedFunction(fn)
+
+
+@functools.cache
+def _lazy_module():
+    return importlib.import_module("tape.lazy")  # (the module: ``tape.lazy`` is the context)
+
+
+def _lazy_options():
+    return _lazy_module().options
 
 
 def _is_array(value):

@@ -113,6 +113,18 @@ def test_a_forest_of_traced_calls_equals_the_functions_run_eagerly(lazy):
                 np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-10, atol=1e-12)
 
 
+def test_with_exact_a_traced_function_records_its_ops_inline():
+    """exact=True promises eager mode's bits, nested traced functions included: no call op."""
+    w = tape.Variable(np.ones((2, 2)), requires_grad=True)
+    inner = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)))
+    outer = tape.traced(lambda x: inner(x) * inner(x + 1.0))
+    tape.reset_global_tape()
+    with tape.lazy(exact=True):
+        outer(tape.Variable(np.ones((1, 2)))).sum().numpy()
+        assert "call" not in {op.type for op in tape.get_global_tape().ops}
+    assert not outer.programs and not inner.programs
+
+
 def test_eagerly_a_traced_function_is_the_function():
     p = _tree_params()
     leaf, _ = _tree_model(p)
@@ -260,12 +272,43 @@ def test_parameters_are_read_when_the_call_runs():
         sgd = optim.SGD(list(p.values()), lr=0.1)
         losses = []
         for seed in range(3):
-            loss, _ = _forest_step(p, leaf, node, _trees(seed), {"exact": True} if traced else None)
+            lazy = {"autobatch": False} if traced else None  # (unbatched: eager's bits)
+            loss, _ = _forest_step(p, leaf, node, _trees(seed), lazy)
             sgd.step()
             losses.append(loss)
         results[traced] = (losses, p["w"].numpy().copy())
     assert results[True][0] == results[False][0]
     np.testing.assert_array_equal(results[True][1], results[False][1])
+
+
+@pytest.mark.parametrize("lazy", [{"autobatch": True}, {"autobatch": False}])
+def test_a_traced_function_calling_another(lazy):
+    """An inner traced function is a call step of the outer program (its results its parts),
+    run and differentiated there like any op."""
+    w = tape.Variable(np.random.default_rng(0).standard_normal((3, 3)), requires_grad=True)
+
+    def inner(x):
+        y = ops.tanh(ops.matmul(x, w))
+        return y, y * x
+
+    traced_inner = tape.traced(inner)
+
+    def outer(x, pair=traced_inner):
+        a, b = pair(x)
+        c, d = pair(a + b)
+        return (c * d).sum()
+
+    xs = [np.random.default_rng(k).standard_normal(3) for k in range(5)]
+    got = {}
+    for fn, mode in ((outer, None), (tape.traced(outer), lazy)):
+        tape.reset_global_tape()
+        w.clear_grad()
+        with tape.lazy(enabled=mode is not None, **(mode or {})):
+            loss = ops.stack([fn(tape.Variable(x)) for x in xs]).sum()
+            tape.backward(loss)
+            got[mode is None] = float(loss.numpy()), w.grad().numpy().copy()
+    assert got[False][0] == pytest.approx(got[True][0], rel=1e-12)
+    np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12, atol=1e-15)
 
 
 def test_another_shape_or_dtype_is_traced_again():
@@ -417,7 +460,7 @@ def test_random_traced_programs_equal_their_ops_run_eagerly(program, rows, count
     rng = np.random.default_rng(0)
     inputs = [(rng.standard_normal(rows), rng.standard_normal(rows)) for _ in range(count)]
     results = {}
-    for lazy in (None, {"autobatch": True}, {"exact": True}):
+    for lazy in (None, {"autobatch": True}, {"autobatch": False}):
         tape.reset_global_tape()
         for param in params.values():
             param.clear_grad()
@@ -439,7 +482,7 @@ def test_random_traced_programs_equal_their_ops_run_eagerly(program, rows, count
         grads.update({k: h.grad().numpy().copy() for k, h in enumerate(leaves)})
         results[str(lazy)] = outs, grads
     want_outs, want_grads = results["None"]
-    for key in ("{'autobatch': True}", "{'exact': True}"):
+    for key in ("{'autobatch': True}", "{'autobatch': False}"):
         outs, grads = results[key]
         for got, want in zip(outs, want_outs):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
