@@ -163,7 +163,7 @@ def _after_forward(tape, loss, retain_graph, progress=None):
     if progress is None:
         from tape.lazy import run_before_backward
 
-        tape._batched_run = tape._batched_backward = None
+        tape._batched_run = tape._batched_backward = tape._batched_backward_failed = None
         run_before_backward(tape, loss)
         run, tape._batched_run = getattr(tape, "_batched_run", None), None
     lazy, record_all = tape.lazy, tape.record_all

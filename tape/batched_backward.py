@@ -84,7 +84,9 @@ def gradients(tape, loss, run, seed):
                         active, gout, rule, facts, pending, rows, backward, counts, flows
                     )
         leaves = backward._leaves(pending, None)
-    except Exception:  # (the op-by-op scan reports it, at the op and the user's line)
+    except Exception as err:  # (the op-by-op scan reports it, at the op and the user's line)
+        # (kept for tape.explain: a fall back costs the batching, which is otherwise unseen)
+        tape._batched_backward_failed = f"{type(err).__name__}: {err}".splitlines()[0]
         return None
     ops = tape._ops
     for op in reached:  # (released and dropped, as the op-by-op scan drops them)

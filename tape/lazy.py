@@ -321,8 +321,11 @@ def explain(tape=None) -> str:
     if batched is not None:
         lines.append(_explain_autobatch(*batched))
         differentiated = getattr(tape, "_batched_backward", None)
+        failed = getattr(tape, "_batched_backward_failed", None)
         if way is not None and differentiated is not None:
             lines.append(_explain_batched_backward(*differentiated))
+        elif way is not None and failed is not None:
+            lines.append(f"backward op by op: batching it as the forward failed ({failed})")
     elif choice is not None or way is not None:
         lines.append(
             ("forward run in tape order" if way else "interpreted run") + ", not autobatched"

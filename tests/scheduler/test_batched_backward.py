@@ -143,6 +143,10 @@ def test_a_batched_backward_that_fails_leaves_the_op_by_op_backward_to_run(monke
     _, got, explained = _step(FOREST, BATCHED)
     _assert_close(got, want)
     assert "backward batched" not in explained
+    # (said, with why: a fall back costs the batching and is otherwise unseen)
+    assert "backward op by op: batching it as the forward failed (RuntimeError: a group" in (
+        explained
+    )
 
 
 def test_the_step_leaves_no_op_on_the_tape():
