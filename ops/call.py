@@ -102,6 +102,7 @@ class Program:
         self.part_descs = list(self.out_descs) if len(self.out_descs) > 1 else []
         self.attrs = {"fn": self}  # (a call's attributes, and its outputs' descriptions)
         self.descs = ((self.out_shape, self.dtype), self.part_descs)
+        self.captured = []  # (the parameters a call passes after its arguments: tape.traced)
 
     @property
     def out_shape(self):

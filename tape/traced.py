@@ -228,69 +228,19 @@ def trace(fn, args, specs, inputs):
             actual=type(results).__name__,
             location=location,
         )
-    return _with_parameters_as_inputs(extract(name, tape, holders, outputs, location))
+    return extract(name, tape, holders, outputs, location, lift_parameters=True)
 
 
 def _is_parameter(var):
     return var.persistable or var.requires_grad
 
 
-def _with_parameters_as_inputs(program):
-    """The program with the parameters it read (Variables needing a gradient, or persistable)
-    moved from its constants to inputs after the arguments: a call passes them, so gradients
-    reach them and autobatching sees them shared."""
-    params = [v for v in program.consts if _is_parameter(v)]
-    if not params:
-        program.captured = []
-        return program
-    k = len(program.in_descs)
-    order = list(range(k))
-    kept = [i for i, v in enumerate(program.consts) if not _is_parameter(v)]
-    moved = [i for i, v in enumerate(program.consts) if _is_parameter(v)]
-    # old number -> new number: arguments, then parameters, then constants, then step outputs
-    renumber = {i: i for i in order}
-    for new, i in enumerate(moved):
-        renumber[k + i] = k + new
-    for new, i in enumerate(kept):
-        renumber[k + i] = k + len(moved) + new
-    base = k + len(program.consts)
-    for i in range(base, program.size):
-        renumber[i] = i
-
-    def re(ref):
-        if ref is None:
-            return None
-        return renumber[ref] if ref.__class__ is int else [renumber[i] for i in ref]
-
-    steps = [
-        Step(
-            s.defn,
-            s.attrs,
-            [re(a) for a in s.args],
-            [re(o) for o in s.outs],
-            s.in_shapes,
-            s.out_shapes,
-            s.location,
-        )
-        for s in program.steps
-    ]
-    descs = list(program.in_descs) + [(tuple(v.shape), v.dtype) for v in params]
-    moved_program = Program(
-        program.name,
-        descs,
-        [program.consts[i] for i in kept],
-        steps,
-        program.size,
-        [renumber[r] for r in program.outputs],
-        program.out_descs,
-    )
-    moved_program.captured = params
-    return moved_program
-
-
-def extract(name, tape, holders, outputs, location):
+def extract(name, tape, holders, outputs, location, lift_parameters=False):
     """The Program computing ``outputs`` from ``holders`` out of the ops recorded on ``tape``:
-    only the ops the outputs need, in tape order."""
+    only the ops the outputs need, in tape order. ``lift_parameters``: the parameters read from
+    outside (Variables needing a gradient, or persistable) become inputs after the holders,
+    passed by every call (``Program.captured``), so gradients reach them and autobatching sees
+    them shared; other Variables read from outside are constants, read when the program runs."""
     produced = {}  # id(var) -> the op that computed it
     for op in tape._ops:
         if op is not None:
@@ -322,6 +272,10 @@ def extract(name, tape, holders, outputs, location):
             _check_outside(name, var, None, location)
             const_ids.add(id(var))
             consts.append(var)
+    lifted = [v for v in consts if _is_parameter(v)] if lift_parameters else []
+    if lifted:
+        holders = list(holders) + lifted
+        consts = [v for v in consts if not _is_parameter(v)]
     numbers = {id(h): k for k, h in enumerate(holders)}
     for i, var in enumerate(consts):
         numbers[id(var)] = len(holders) + i
@@ -371,9 +325,11 @@ def extract(name, tape, holders, outputs, location):
         )
     in_descs = [(tuple(h.shape), h.dtype) for h in holders]
     out_descs = [(tuple(v.shape), v.dtype) for v in outputs]
-    return Program(
+    program = Program(
         name, in_descs, consts, steps, size, [numbers[id(v)] for v in outputs], out_descs
     )
+    program.captured = lifted
+    return program
 
 
 def _check_outside(name, var, op, location):
@@ -415,9 +371,7 @@ def trace_gradient(program, mask, differentiable):
             g if g is not None else apply(_op("fill_zeros_like"), (x,), {})
             for g, x in zip(grads, wanted)
         ]
-    gradient = extract(name, tape, holders + [gout], grads, None)
-    gradient.captured = []
-    return gradient
+    return extract(name, tape, holders + [gout], grads, None)
 
 
 def replay(program, holders):
