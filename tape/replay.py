@@ -101,6 +101,10 @@ def gradients(tape, loss, retain_graph, scan, fresh=None):
         new = not tier_choice.known(sketched)
         if not new:
             eager_speculation.lazy_step(False)
+        if tape.traced_calls:
+            # (tape.traced calls: the backward batches as the forward did, at once; a recorded
+            # backward would differentiate each call alone, a parameter's gradient per member)
+            return _the_eager_way(tape, fresh, sketched, new)
         if tier_choice.eager_way(sketched, len(tape._ops)):
             if new:
                 return _the_eager_way(tape, fresh, sketched, new)

@@ -69,9 +69,9 @@ class TracedFunction:
             from tape.tape import get_global_tape
 
             current = get_global_tape()
-        if not current.lazy or _lazy_options().exact:
-            # (its ops recorded as they come: eager, or lazy with eager's bits, exact=True;
-            # arrays as Variables, as a trace gives them to the function)
+        if not current.lazy or _inline():
+            # (its ops recorded as they come: eager, exact=True, or options that compile every
+            # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
         pieces = current.__dict__.get("_traced_pieces")
         key, inputs = _signature(self.fn, args, pieces)
@@ -116,8 +116,14 @@ def _lazy_module():
     return importlib.import_module("tape.lazy")  # (the module: ``tape.lazy`` is the context)
 
 
-def _lazy_options():
-    return _lazy_module().options
+def _inline():
+    """Whether lazy calls record the function's ops instead of a call: with ``exact=True``
+    (eager mode's bits, nested calls included), and where the options compile every structure
+    (threads, validate, debug, ``compile=True``): a compiled plan autobatches ops, not calls,
+    and a recorded backward would differentiate each call alone (a parameter's gradient per
+    member)."""
+    lazy = _lazy_module()
+    return lazy.options.exact or not lazy.interprets_new_structures()
 
 
 def _is_array(value):

@@ -247,18 +247,35 @@ def test_results_read_by_other_ops_get_their_gradients_in_a_batched_backward():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
-def test_a_repeated_structure_runs_its_compiled_plan_with_calls():
-    """The same trees every step: lazy mode learns the structure and runs a compiled plan."""
+@pytest.mark.parametrize("lazy", [{}, {"compile": False}])
+def test_a_repeated_structure_with_calls_batches_its_backward_at_once(lazy):
+    """The same trees every step: a step with traced calls always runs its forward batched and
+    its backward batched as the forward did, at once; never a recorded backward, which would
+    differentiate each call alone (a parameter's gradient per member, summed afterwards)."""
     p = _tree_params()
     leaf, node = _tree_model(p)
     traced_leaf, traced_node = tape.traced(leaf), tape.traced(node)
     trees = _trees(7)
     want = _forest_step(p, leaf, node, trees, None)
     for _ in range(4):
-        got = _forest_step(p, traced_leaf, traced_node, trees, {})
+        got = _forest_step(p, traced_leaf, traced_node, trees, lazy)
+        assert "backward batched as the forward" in tape.explain()
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
         for name in p:
             np.testing.assert_allclose(got[1][name], want[1][name], rtol=1e-10, atol=1e-12)
+
+
+def test_options_that_compile_every_structure_record_a_traced_functions_ops():
+    """A compiled plan autobatches ops, not calls: with compile=True the function's ops are
+    recorded as they come."""
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    traced_leaf, traced_node = tape.traced(leaf), tape.traced(node)
+    trees = _trees(3)
+    want = _forest_step(p, leaf, node, trees, None)
+    got = _forest_step(p, traced_leaf, traced_node, trees, {"compile": True})
+    assert not traced_leaf.programs and not traced_node.programs
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
 
 
 def test_parameters_are_read_when_the_call_runs():
