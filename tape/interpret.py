@@ -153,8 +153,8 @@ def run_all_batched(tape, heuristic):
         if defn.fast:
             append((kernel, op.attrs, op.args, op.results, False, ()))
             continue
-        inputs = op.input_vars()
-        if any(out is var for out in op.output_vars() for var in inputs):
+        inputs = set(map(id, op.input_vars()))  # (a set: a traced call reads ~6, writes ~3)
+        if any(id(out) in inputs for out in op.output_vars()):
             return False  # (an output bound to an input: written in place)
         append((kernel, op.attrs, op.args, None, False, ()))
     decision = _Decision(ops, steps, set())
