@@ -561,13 +561,16 @@ def _described(op, size):
     """(op type, group size, the input slots gathered per member, the shared ones): what
     ``tape.explain`` says of a batched group whose first member is ``op``."""
     args, slots = op.args, op.defn.input_slots
+    kind = op.type
+    if kind == "call":  # (a traced function's calls: named by the function)
+        kind = f"call of {getattr(op.attrs['fn'], 'name', '?')}"
     if args[0].__class__ is list:  # the list rule: every position gathered but parameters
         if any(map(autobatch.shared, args[0])):
-            return op.type, size, (slots[0],), (f"{slots[0]} (parameters)",)
-        return op.type, size, (slots[0],), ()
+            return kind, size, (slots[0],), (f"{slots[0]} (parameters)",)
+        return kind, size, (slots[0],), ()
     gathered = tuple(slot for slot, var in zip(slots, args) if not autobatch.shared(var))
     shared = tuple(slot for slot, var in zip(slots, args) if autobatch.shared(var))
-    return op.type, size, gathered, shared
+    return kind, size, gathered, shared
 
 
 def _located_step(step, op, xp, staged, is_numpy):

@@ -147,7 +147,7 @@ def test_calls_ready_together_run_as_one_batched_call_forward_and_backward():
     groups, members = counts["call"]
     assert groups == 3 and members == 32 + 16 + 8
     text = tape.explain()
-    assert "call" in text
+    assert "batched call of _tree_model.<locals>.leaf x32" in text, text  # (named)
 
 
 def test_autobatch_auto_always_batches_traced_calls():
