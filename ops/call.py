@@ -120,14 +120,7 @@ class Program:
                 expected=str(len(self.in_descs)),
                 actual=str(len(xs)),
             )
-        for k, (x, (shape, dtype)) in enumerate(zip(xs, self.in_descs)):
-            if tuple(x.shape) != shape or x.dtype != dtype:
-                raise ShapeError(
-                    None,
-                    f"input {k} of traced function '{self.name}' differs from its trace",
-                    expected=f"{shape} {dtype}",
-                    actual=f"{tuple(x.shape)} {x.dtype}",
-                )
+        _check_inputs(xs, self.in_descs, f"traced function '{self.name}'")
         return self.descs
 
     def parts(self, packed, lead=()):
@@ -186,6 +179,18 @@ class Program:
 
             found = self._grads[key] = trace_gradient(self, key[0], key[1])
         return found
+
+
+def _check_inputs(xs, wants, what):
+    """Each of ``xs`` has the (shape, dtype) of ``wants``: what its trace was made for."""
+    for k, (x, (shape, dtype)) in enumerate(zip(xs, wants)):
+        if tuple(x.shape) != shape or x.dtype != dtype:
+            raise ShapeError(
+                None,
+                f"input {k} of {what} differs from its trace",
+                expected=f"{shape} {dtype}",
+                actual=f"{tuple(x.shape)} {x.dtype}",
+            )
 
 
 class Vectorised:
@@ -248,15 +253,11 @@ class Vectorised:
         n = self.count(xs)
         if len(xs) != len(self.each) or n is None:
             raise InputError(None, f"a group of calls of '{self.name}' has no member axis")
-        for k, (x, per, (shape, dtype)) in enumerate(zip(xs, self.each, program.in_descs)):
-            want = (n, *shape) if per else shape
-            if tuple(x.shape) != want or x.dtype != dtype:
-                raise ShapeError(
-                    None,
-                    f"input {k} of a group of calls of '{self.name}' differs from its trace",
-                    expected=f"{want} {dtype}",
-                    actual=f"{tuple(x.shape)} {x.dtype}",
-                )
+        wants = [
+            ((n, *shape) if per else shape, dtype)
+            for per, (shape, dtype) in zip(self.each, program.in_descs)
+        ]
+        _check_inputs(xs, wants, f"a group of calls of '{self.name}'")
         return ((n, *program.out_shape), program.dtype), []
 
     def parts(self, packed, lead=()):
@@ -277,25 +278,9 @@ class Vectorised:
             else:
                 return n, self._stacked(np, results, n)
         env = program._env(xp, values)
-        numpy = xp is np
         for step, how, rule, flags in self.plan:
             try:
-                if how == "direct" and numpy:  # (most steps: a short way to the kernel)
-                    # (``rule`` holds the attributes the stacked operands take)
-                    env[step.outs[0]] = step.defn.kernel(np, rule, *[env[a] for a in step.args])
-                    continue
-                if how == "shared":
-                    results = run_kernel(step.defn, step.attrs, step.values(env))
-                elif how == "rule":
-                    results = _run_rule(xp, step, rule, flags, env, n)
-                elif how == "direct":  # (on a GPU: its own kernels)
-                    results = _run_rule(xp, step, batching.rule_of(step.defn), flags, env, n)
-                elif how == "split":
-                    results = _run_split(xp, step, env)
-                elif how == "summed":
-                    results = (_summed_product(xp, step, env),)
-                else:
-                    results = _run_members(xp, step, flags, env, n)
+                results = _step_runner(xp, step, how, rule, flags, env, n)
             except FluidError:
                 raise
             except Exception as err:
@@ -413,7 +398,7 @@ def _straight_line(vectorised):
             args = "".join(f", v{a}" for a in step.args)
             lines.append(f"    v{step.outs[0]} = k{index}(np, a{index}{args})")
             continue
-        names[f"s{index}"] = functools.partial(_step_runner, step, how, rule, flags)
+        names[f"s{index}"] = functools.partial(_step_runner, np, step, how, rule, flags)
         env = "{" + ", ".join(f"{r}: v{r}" for r in dict.fromkeys(refs)) + "}"
         lines.append(f"    r = s{index}({env}, n)")
         for slot, ref in enumerate(step.outs):
@@ -426,18 +411,23 @@ def _straight_line(vectorised):
     return names["run"]
 
 
-def _step_runner(step, how, rule, flags, env, n):
-    """One step of a vectorised plan other than a direct kernel call, on numpy: its results
-    per output slot (``env``: its operands by value number)."""
+def _step_runner(xp, step, how, rule, flags, env, n):
+    """One step of a vectorised plan: its results per output slot (``env``: its operands by
+    value number). A direct step's ``rule`` holds the attributes its kernel takes on the
+    stacked operands (on a GPU its own kernels run, through the op's batch rule)."""
+    if how == "direct":
+        if xp is np:
+            return (step.defn.kernel(np, rule, *[env[a] for a in step.args]),)
+        return _run_rule(xp, step, batching.rule_of(step.defn), flags, env, n)
     if how == "shared":
         return run_kernel(step.defn, step.attrs, step.values(env))
     if how == "rule":
-        return _run_rule(np, step, rule, flags, env, n)
+        return _run_rule(xp, step, rule, flags, env, n)
     if how == "split":
-        return _run_split(np, step, env)
+        return _run_split(xp, step, env)
     if how == "summed":
-        return (_summed_product(np, step, env),)
-    return _run_members(np, step, flags, env, n)
+        return (_summed_product(xp, step, env),)
+    return _run_members(xp, step, flags, env, n)
 
 
 def _summed_products(program, summed):

@@ -31,6 +31,8 @@ import weakref
 import numpy as np
 
 from ops.call import Program, Step, call, unpack
+from ops.fill import fill_zeros_like
+from ops.shape import concat, reshape
 from ops.xp import _on_gpu
 from tape import tier_choice
 from tape.errors import FluidError, GraphError, InputError, user_location
@@ -74,10 +76,7 @@ class TracedFunction:
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
         pieces = current.__dict__.get("_traced_pieces")
-        key, inputs = _signature(self.fn, args, pieces)
-        program = self.programs.get(key)
-        if program is None:
-            program = self.programs[key] = trace(self.fn, args, key, inputs)
+        program, inputs = self._program(args, pieces)
         current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = record_lazy(
@@ -97,11 +96,16 @@ class TracedFunction:
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
         ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
-        key, inputs = _signature(self.fn, args, None)
+        return self._program(args, None)[0]
+
+    def _program(self, args, pieces):
+        """The Program for ``args`` (traced on first sight of their signature) and the
+        Variables a call passes it (``_signature``)."""
+        key, inputs = _signature(self.fn, args, pieces)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
-        return program
+        return program, inputs
 
 
 def traced(fn):
@@ -354,8 +358,6 @@ def _check_outside(name, var, op, location):
 
 def trace_gradient(program, mask, differentiable):
     """The gradient Program of ``program`` for the inputs in ``mask`` (see Program.grad)."""
-    import importlib
-
     backward = importlib.import_module("tape.backward")  # (``tape.backward`` is the function)
     name = f"{program.name}'"
     tier_choice.cold()
@@ -374,8 +376,7 @@ def trace_gradient(program, mask, differentiable):
                 tape, out, wanted, gout, retain_graph=True, create_graph=differentiable
             )
         grads = [
-            g if g is not None else apply(_op("fill_zeros_like"), (x,), {})
-            for g, x in zip(grads, wanted)
+            g if g is not None else apply(fill_zeros_like, (x,), {}) for g, x in zip(grads, wanted)
         ]
     return extract(name, tape, holders + [gout], grads, None)
 
@@ -397,15 +398,8 @@ def replay(program, holders):
 
 
 def _packed(results):
-    concat, reshape = _op("concat"), _op("reshape")
     flat = [apply(reshape, (r,), {"shape": (-1,)}) for r in results]
     return apply(concat, (flat,), concat.check_attrs({"axis": 0}))
-
-
-def _op(name):
-    from ops.registry import REGISTRY
-
-    return REGISTRY[name]
 
 
 __all__ = ["traced", "TracedFunction"]
