@@ -103,6 +103,9 @@ class Program:
         self.attrs = {"fn": self}  # (a call's attributes, and its outputs' descriptions)
         self.descs = ((self.out_shape, self.dtype), self.part_descs)
         self.captured = []  # (the parameters a call passes after its arguments: tape.traced)
+        # (a gradient program's values that recompute its forward's, {number: the forward's
+        # number}: tape.traced.trace_gradient; a batched backward reads them from the forward)
+        self.recomputed = {}
 
     @property
     def out_shape(self):
@@ -237,7 +240,9 @@ class Vectorised:
             "per" if per[r] else "total" if r in totals else "shared" for r in program.outputs
         )
         self._grads = {}
-        self._straight = None  # (the plan as one generated function, on numpy: _straight_line)
+        self._saved_plan = None
+        # (the plan as generated functions, on numpy, by what they keep and skip: _straight_line)
+        self._straight = {}
 
     def __repr__(self):
         return f"<traced {self.name} over members: {self.each}>"
@@ -263,22 +268,30 @@ class Vectorised:
     def parts(self, packed, lead=()):
         return []
 
-    def run_results(self, xp, values):
-        """The member count and each result stacked over the members."""
+    def run_results(self, xp, values, keep=(), saved=None):
+        """The member count, each result stacked over the members, and the values numbered
+        ``keep`` as the plan computed them (for the gradient's ``saved``). ``saved``: the
+        values ``saved_plan`` names, from the forward: the steps computing them are skipped."""
         program = self.program
         n = self.count(values)
+        skip, given = (self.saved_plan()[:2]) if saved is not None else (frozenset(), ())
         if xp is np:
-            straight = self._straight
+            key = (keep, saved is not None)
+            straight = self._straight.get(key)
             if straight is None:
-                straight = self._straight = _straight_line(self)
+                straight = self._straight[key] = _straight_line(self, keep, skip, given)
             try:
-                results = straight(values, n)
+                results, kept = straight(values, n, saved)
             except Exception:  # (the interpreter below fails again, naming the step)
                 pass
             else:
-                return n, self._stacked(np, results, n)
+                return n, self._stacked(np, results, n), kept
         env = program._env(xp, values)
-        for step, how, rule, flags in self.plan:
+        for ref, value in zip(given, saved or ()):
+            env[ref] = value
+        for index, (step, how, rule, flags) in enumerate(self.plan):
+            if index in skip:
+                continue
             try:
                 results = _step_runner(xp, step, how, rule, flags, env, n)
             except FluidError:
@@ -286,7 +299,43 @@ class Vectorised:
             except Exception as err:
                 raise step.failed(self.name, err) from err
             step.store(env, results)
-        return n, self._stacked(xp, [env[ref] for ref in program.outputs], n)
+        results = self._stacked(xp, [env[ref] for ref in program.outputs], n)
+        return n, results, [env[ref] for ref in keep]
+
+    def saved_plan(self):
+        """For a gradient program's plan: (the indices of the steps that recompute its
+        forward's values, the numbers of those values the other steps and the results read,
+        the forward's numbers of them). A batched backward takes those values from its forward
+        run (``saving``) and skips the steps: the gradient of a Tree-LSTM node replays the
+        node's ~25 ops before its own ~25. A step whose result is the members' total
+        (``summed``) is not skipped (the forward computed the members' values)."""
+        if self._saved_plan is None:
+            recomputed = self.program.recomputed
+            skip = frozenset(
+                index
+                for index, (step, how, _, _) in enumerate(self.plan)
+                if how != "summed" and all(ref in recomputed for ref in _flat_refs(step.outs))
+            )
+            read = set(self.program.outputs)
+            for index, (step, _, _, _) in enumerate(self.plan):
+                if index not in skip:
+                    read.update(_flat_refs(step.args))
+            given = tuple(
+                sorted(
+                    ref
+                    for index in skip
+                    for ref in _flat_refs(self.plan[index][0].outs)
+                    if ref in read
+                )
+            )
+            self._saved_plan = (skip, given, tuple(recomputed[ref] for ref in given))
+        return self._saved_plan
+
+    def saving(self, mask):
+        """The numbers of this (forward) plan's values that its gradient for the inputs in
+        ``mask`` reads from it (``saved_plan``): what a forward run before a batched backward
+        keeps (``CALL.run_saving``)."""
+        return self.grad(mask).inner.saved_plan()[2]
 
     def _stacked(self, xp, results, n):
         """The results, one the members share broadcast over them."""
@@ -295,11 +344,14 @@ class Vectorised:
             for value, per, (shape, _) in zip(results, self.out_per, self.program.out_descs)
         ]
 
-    def run(self, xp, values):
-        n, results = self.run_results(xp, values)
+    def run(self, xp, values, keep=()):
+        """The members' packed results; with ``keep``, and the values numbered ``keep``."""
+        n, results, kept = self.run_results(xp, values, keep)
         if len(results) == 1:
-            return xp.array(results[0], copy=True)  # (never a view of an input, or read-only)
-        return xp.concatenate([r.reshape(n, -1) for r in results], axis=1)
+            out = xp.array(results[0], copy=True)  # (never a view of an input, or read-only)
+        else:
+            out = xp.concatenate([r.reshape(n, -1) for r in results], axis=1)
+        return (out, kept) if keep else out
 
     def grad(self, mask, differentiable=False):
         if differentiable:
@@ -355,8 +407,13 @@ class SummedGrad:
             offset += size
         return parts
 
-    def run(self, xp, values):
-        n, results = self.inner.run_results(xp, values)
+    def bound(self, saved):
+        """This gradient reading the values its forward run kept (``Vectorised.saving``)
+        instead of computing them again."""
+        return _BoundGrad(self, saved)
+
+    def run(self, xp, values, saved=None):
+        n, results, _ = self.inner.run_results(xp, values, saved=saved)
         pieces = [
             r
             if per
@@ -375,24 +432,82 @@ class SummedGrad:
         raise GraphError("call", f"the gradient of '{self.name}' is not differentiable again")
 
 
-def _straight_line(vectorised):
+class _BoundGrad:
+    """A group's ``SummedGrad`` with the values its forward kept: what the batched backward's
+    one call of it runs (``CALL.with_saved``)."""
+
+    def __init__(self, summed, saved):
+        self.summed, self.saved, self.name = summed, saved, summed.name
+
+    def __repr__(self):
+        return f"<gradient of {self.name} over members, reading its forward's values>"
+
+    def infer(self, xs):
+        return self.summed.infer(xs)
+
+    def parts(self, packed, lead=()):
+        return self.summed.parts(packed, lead)
+
+    def run(self, xp, values):
+        return self.summed.run(xp, values, self.saved)
+
+    def grad(self, mask, differentiable=False):
+        return self.summed.grad(mask, differentiable)
+
+
+class _WithSaved:
+    """A group's vectorised program as its batched backward reads it: its gradient for the
+    forward's ``mask`` bound to the values the forward kept (``saved``)."""
+
+    def __init__(self, vectorised, mask, saved):
+        self.vectorised, self.mask, self.saved = vectorised, mask, saved
+        self.name = vectorised.name
+
+    def __repr__(self):
+        return repr(self.vectorised)
+
+    def infer(self, xs):
+        return self.vectorised.infer(xs)
+
+    def parts(self, packed, lead=()):
+        return self.vectorised.parts(packed, lead)
+
+    def run(self, xp, values):
+        return self.vectorised.run(xp, values)
+
+    def grad(self, mask, differentiable=False):
+        found = self.vectorised.grad(mask, differentiable)
+        return found.bound(self.saved) if tuple(mask) == self.mask else found
+
+
+def _flat_refs(args):
+    """The value numbers among a step's argument or output slots."""
+    return [r for a in args if a is not None for r in ([a] if a.__class__ is int else a)]
+
+
+def _straight_line(vectorised, keep=(), skip=frozenset(), given=()):
     """The numpy run of a vectorised plan as one generated Python function of (the inputs'
-    arrays, the member count) returning the results: the plan's steps as straight-line calls on
-    local variables, so a step costs its kernel call, not an interpreter's dispatch (~2-3 us of
-    a Tree-LSTM node's ~25 steps, each on a few kernels' worth of data). A step the rule runs
+    arrays, the member count, the ``given`` values) returning the results and the values
+    numbered ``keep``: the plan's steps but those in ``skip`` as straight-line calls on local
+    variables, so a step costs its kernel call, not an interpreter's dispatch (~2-3 us of a
+    Tree-LSTM node's ~25 steps, each on a few kernels' worth of data). A step the rule runs
     with more than its kernel calls a helper with its operands. Errors are left to the
     interpreter, which runs the plan again and names the failing step."""
     program = vectorised.program
     k = len(program.in_descs)
     names = {"np": np}
-    lines = ["def run(values, n):"]
+    lines = ["def run(values, n, given):"]
     if k:
         lines.append("    " + "".join(f"v{i}, " for i in range(k)) + "= values")
+    if given:
+        lines.append("    " + "".join(f"v{i}, " for i in given) + "= given")
     for i, var in enumerate(program.consts):
         names[f"c{i}"] = var
         lines.append(f"    v{k + i} = c{i}._array()")
     for index, (step, how, rule, flags) in enumerate(vectorised.plan):
-        refs = [r for a in step.args if a is not None for r in ([a] if a.__class__ is int else a)]
+        if index in skip:
+            continue
+        refs = _flat_refs(step.args)
         if how == "direct":
             names[f"k{index}"], names[f"a{index}"] = step.defn.kernel, rule
             args = "".join(f", v{a}" for a in step.args)
@@ -406,7 +521,8 @@ def _straight_line(vectorised):
                 lines.append(f"    v{ref} = r[{slot}]")
             elif ref:
                 lines.append("    " + "".join(f"v{i}, " for i in ref) + f"= r[{slot}]")
-    lines.append("    return [" + ", ".join(f"v{r}" for r in program.outputs) + "]")
+    results = ", ".join(f"v{r}" for r in program.outputs)
+    lines.append(f"    return [{results}], [" + ", ".join(f"v{r}" for r in keep) + "]")
     exec(compile("\n".join(lines), f"<vectorised {program.name}>", "exec"), names)  # noqa: S102
     return names["run"]
 
@@ -578,6 +694,7 @@ class _Call(batching.Rule):
     name = "call"
     lists = True
     parts = True  # (``run`` computes Out; the caller takes the Parts from it: ``fill_parts``)
+    saves = True  # (before a batched backward: ``run_saving``, ``with_saved``)
 
     def accepts(self, attrs, shapes, each):
         return attrs["fn"].__class__ is Program and any(each)
@@ -604,6 +721,27 @@ class _Call(batching.Rule):
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
         each = tuple(per for per, _ in inputs)
         return attrs["fn"].vectorised(each).run(xp, [value for _, value in inputs])
+
+    @staticmethod
+    def run_saving(xp, attrs, inputs, op):
+        """``run``, and what the group's batched backward reads from it: (the input mask
+        its first member ``op`` differentiates, the values the gradient for it would compute
+        again; ``Vectorised.saving``), or None where no input needs a gradient."""
+        each = tuple(per for per, _ in inputs)
+        vectorised, values = attrs["fn"].vectorised(each), [value for _, value in inputs]
+        mask = tuple(j for j, x in enumerate(op.args[0]) if x.requires_grad)
+        keep = vectorised.saving(mask) if mask else ()
+        if not keep:
+            return vectorised.run(xp, values), None
+        out, kept = vectorised.run(xp, values, keep)
+        return out, (mask, kept)
+
+    @staticmethod
+    def with_saved(attrs, saved):
+        """The attributes of a group's call (``as_op``'s) whose gradient reads what its
+        forward kept (``run_saving``)."""
+        mask, values = saved
+        return {**attrs, "fn": _WithSaved(attrs["fn"], mask, values)}
 
     def as_op(self, attrs, shapes, each, n, out_shape):
         stacked = [(n, *shape) if per else tuple(shape) for shape, per in zip(shapes, each)]

@@ -281,6 +281,8 @@ def _as_one(active, gout_value, rule, rows, flows, facts):
     if form is None:
         return None
     attrs, slots, stacked_shapes, stacked_out = form
+    if facts is not None and facts[3] is not None:  # (what the forward kept for it)
+        attrs = rule.with_saved(attrs, facts[3])
     xp = array_module(gout_value)
     members_of = [op.args[0] for op in active] if listed else [op.args for op in active]
     stacked, inputs_of = [], []  # per slot of the member op: a Variable (stacked or shared)

@@ -497,7 +497,9 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
-            facts = _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy)
+            facts = _batched_step(
+                members, rule, steps, ops, xp, staged, rows, is_numpy, kept is not None
+            )
             if kept is not None and facts is not None:
                 ran[number] = facts
                 kept.append(number)
@@ -519,11 +521,11 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
     # holding them costs no memory the backward does not hold anyway -- and where no op wrote
     # in place: a value read then may have changed since)
     for number in kept or ():
-        ids, operands, out = ran[number]
+        ids, operands, out, saved = ran[number]
         if id(out) in torn:
             ran[number] = None
-        elif torn:
-            ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out
+        elif torn:  # (what the forward kept for the gradient may view a freed buffer too)
+            ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out, None
     tape._batched_run = (ops, groups, rules, rows, None if staged else ran)
 
 
@@ -596,11 +598,13 @@ def _located_step(step, op, xp, staged, is_numpy):
         _raise_located(op, err)
 
 
-def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
+def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=False):
     """One group as one call: gather, run the op's batch rule, scatter. If the batched call
     fails, the members run one by one, so the error names the member that fails. Returns the
-    ids of the members' outputs, the inputs as the rule got them and the result (None where
-    the members ran one by one)."""
+    ids of the members' outputs, the inputs as the rule got them, the result and what the
+    rule kept for the group's gradient (``saving``: a batched backward follows; a rule that
+    ``saves``, a traced call's, keeps the values its gradient would compute again), None where
+    the members ran one by one."""
     first = ops[members[0]]
     try:
         inputs = []
@@ -626,9 +630,13 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
                 else:
                     values = [args[slot]._value for args in entries]
                 inputs.append((True, autobatch.gather(values, rows, xp)))
-        out = rule.run(
-            xp, steps[members[0]][0], first.attrs, inputs, len(members), first.results[0].shape
-        )
+        saved = None
+        if saving and getattr(rule, "saves", False):
+            out, saved = rule.run_saving(xp, first.attrs, inputs, first)
+        else:
+            out = rule.run(
+                xp, steps[members[0]][0], first.attrs, inputs, len(members), first.results[0].shape
+            )
         if is_numpy and out.__class__ is not _NDARRAY:
             out = np.asarray(out)
     except Exception:
@@ -647,7 +655,7 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy):
     if getattr(rule, "parts", False):  # (views of each member's row: a traced call's results)
         rule.fill_parts([ops[position] for position in members], out)
     # (a copy gathered is not kept: it would hold memory no Variable holds)
-    return ids, [value if value.base is not None else None for _, value in inputs], out
+    return ids, [value if value.base is not None else None for _, value in inputs], out, saved
 
 
 def _general(op, kernel, attrs, xp, staged, is_numpy):

@@ -245,12 +245,13 @@ def _is_parameter(var):
     return var.persistable or var.requires_grad
 
 
-def extract(name, tape, holders, outputs, location, lift_parameters=False):
+def extract(name, tape, holders, outputs, location, lift_parameters=False, track=None):
     """The Program computing ``outputs`` from ``holders`` out of the ops recorded on ``tape``:
     only the ops the outputs need, in tape order. ``lift_parameters``: the parameters read from
     outside (Variables needing a gradient, or persistable) become inputs after the holders,
     passed by every call (``Program.captured``), so gradients reach them and autobatching sees
-    them shared; other Variables read from outside are constants, read when the program runs."""
+    them shared; other Variables read from outside are constants, read when the program runs.
+    ``track``: (Variables, a list given the number of each in the program, None where absent)."""
     produced = {}  # id(var) -> the op that computed it
     for op in tape._ops:
         if op is not None:
@@ -339,6 +340,8 @@ def extract(name, tape, holders, outputs, location, lift_parameters=False):
         name, in_descs, consts, steps, size, [numbers[id(v)] for v in outputs], out_descs
     )
     program.captured = lifted
+    if track is not None:
+        track[1].extend(None if v is None else numbers.get(id(v)) for v in track[0])
     return program
 
 
@@ -366,7 +369,7 @@ def trace_gradient(program, mask, differentiable):
             _placeholder(shape, dtype, j in mask, tape)
             for j, (shape, dtype) in enumerate(program.in_descs)
         ]
-        results = replay(program, holders)
+        results, replayed = replay(program, holders)
         out = results[0] if len(results) == 1 else _packed(results)
         gout = _placeholder(out.shape, out.dtype, False, tape)
         wanted = [holders[j] for j in mask]
@@ -378,12 +381,20 @@ def trace_gradient(program, mask, differentiable):
         grads = [
             g if g is not None else apply(fill_zeros_like, (x,), {}) for g, x in zip(grads, wanted)
         ]
-    return extract(name, tape, holders + [gout], grads, None)
+    numbers = []  # (per replayed value, its number in the gradient program, or None)
+    gradient = extract(name, tape, holders + [gout], grads, None, track=(replayed, numbers))
+    # The forward's step values the gradient computes again, {its number: the forward's}: a
+    # batched backward reads them from its forward instead (ops.call.Vectorised.saved_plan).
+    first = len(program.in_descs) + len(program.consts)  # (the forward's first step value)
+    gradient.recomputed = {
+        number: ref for ref, number in enumerate(numbers) if ref >= first and number is not None
+    }
+    return gradient
 
 
 def replay(program, holders):
     """The program's ops recorded again on the current tape, reading ``holders`` as its
-    inputs; its results (Variables)."""
+    inputs; its results (Variables) and every value (Variables by the program's numbers)."""
     env = list(holders) + list(program.consts) + [None] * (program.size - len(holders))
     env = env[: program.size]
     for step in program.steps:
@@ -394,7 +405,7 @@ def replay(program, holders):
         if len(recorded) != 1:
             raise GraphError(step.defn.type, "replaying a traced op recorded no single op")
         step.store(env, recorded[0].results)
-    return [env[r] for r in program.outputs]
+    return [env[r] for r in program.outputs], env
 
 
 def _packed(results):

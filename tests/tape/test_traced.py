@@ -247,6 +247,77 @@ def test_results_read_by_other_ops_get_their_gradients_in_a_batched_backward():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
+def _gradient_runs(monkeypatch):
+    """Counts the batched gradient runs of traced calls, by whether they read their forward's
+    values (``saved``) or computed them again."""
+    import importlib
+
+    call = importlib.import_module("ops.call")
+    runs = {"saved": 0, "recomputed": 0}
+    original = call.SummedGrad.run
+
+    def run(self, xp, values, saved=None):
+        runs["recomputed" if saved is None else "saved"] += 1
+        return original(self, xp, values, saved)
+
+    monkeypatch.setattr(call.SummedGrad, "run", run)
+    return call, runs
+
+
+def test_a_batched_backward_reads_the_values_its_forward_computed(monkeypatch):
+    """A group's gradient program replays the function before differentiating it; its batched
+    backward takes those values from the forward run instead, and gives the same bits."""
+    p = _tree_params()
+    leaf, node = _tree_model(p)
+    leaf, node = tape.traced(leaf), tape.traced(node)
+    trees = _trees(3, count=8)
+    call, runs = _gradient_runs(monkeypatch)
+    got = _forest_step(p, leaf, node, trees, {"autobatch": True})
+    assert runs["saved"] >= 2 and runs["recomputed"] == 0, runs
+    (program,) = node.programs.values()
+    (vectorised,) = program._vectorised.values()
+    (gradient,) = vectorised._grads.values()
+    skip, given, sources = gradient.inner.saved_plan()
+    assert len(skip) >= 10 and len(given) == len(sources) > 0  # (the node's ops, not redone)
+    monkeypatch.setattr(call._Call, "saves", False)  # (the gradient computes them again)
+    want = _forest_step(p, leaf, node, trees, {"autobatch": True})
+    assert runs["recomputed"] >= 2
+    assert got[0] == want[0]
+    for name in p:
+        np.testing.assert_array_equal(got[1][name], want[1][name], err_msg=name)
+
+
+def test_a_group_whose_members_differ_in_what_needs_a_gradient_computes_it_again(monkeypatch):
+    """The forward keeps values for its first member's inputs needing gradients; a group whose
+    other members need more runs the gradient that recomputes them (values still right)."""
+    w = tape.Variable(np.random.default_rng(0).standard_normal((3, 3)), requires_grad=True)
+
+    def f(x):
+        return ops.tanh(ops.matmul(x, w)) * x
+
+    traced = tape.traced(f)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal(3) for _ in range(6)]
+    scale = tape.Variable(np.array(1.5), requires_grad=True)
+    call, runs = _gradient_runs(monkeypatch)
+    got = {}
+    for fn, lazy in ((f, None), (traced, {"autobatch": True})):
+        tape.reset_global_tape()
+        w.clear_grad()
+        with tape.lazy(enabled=lazy is not None, **(lazy or {})):
+            scale.clear_grad()
+            # (computed inputs, so gathered per member: the first needs no gradient)
+            inputs = [tape.Variable(x) * (scale if k else 1.0) for k, x in enumerate(xs)]
+            loss = ops.stack([fn(x).sum() for x in inputs]).sum()
+            tape.backward(loss)
+            got[lazy is None] = float(loss.numpy()), [w.grad().numpy(), scale.grad().numpy()]
+    assert tape.get_global_tape()._batched_backward[0]["call"] == [1, 6]
+    assert runs == {"saved": 0, "recomputed": 1}
+    assert got[False][0] == pytest.approx(got[True][0], rel=1e-12)
+    for a, b in zip(got[False][1], got[True][1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
 @pytest.mark.parametrize("lazy", [{}, {"compile": False}])
 def test_a_repeated_structure_with_calls_batches_its_backward_at_once(lazy):
     """The same trees every step: a step with traced calls always runs its forward batched and
