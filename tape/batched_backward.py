@@ -90,12 +90,12 @@ def gradients(tape, loss, run, seed):
         return None
     ops = tape._ops
     for op in reached:  # (released and dropped, as the op-by-op scan drops them)
-        results = op.results
-        if len(results) == 1 and results[0].__class__ is Variable:
-            results[0]._released = True
-        else:
-            for var in op.output_vars():
-                var._released = True
+        for entry in op.results:
+            if entry.__class__ is Variable:
+                entry._released = True
+            elif entry is not None:
+                for var in entry:
+                    var._released = True
         if op.index < len(ops) and ops[op.index] is op:
             ops[op.index] = None
     together = sum(members for _, members in counts.values())

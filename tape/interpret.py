@@ -93,7 +93,7 @@ def _inputs_ready(tape, ops):
     """Whether every input of ``ops`` is computed or pending on ``tape`` (not on another tape,
     freed, failed or never written)."""
     for op in ops:
-        for var in op.args if op.defn.simple_inputs else op.input_vars():
+        for var in autobatch.inputs(op):
             pending = var._pending
             if pending is not tape and (pending is not None or var._value is None):
                 return False
@@ -142,7 +142,7 @@ def run_all_batched(tape, heuristic):
     xp = module_of(var for op in ops for var in op.input_vars())
     ops = list(ops)
     kernels, steps = {}, []
-    append = steps.append
+    append, bound_outputs = steps.append, tape.bound_outputs
     for op in ops:  # (the instructions ``_decide`` makes, with nothing to free)
         defn = op.defn
         kernel = kernels.get(defn)
@@ -153,9 +153,10 @@ def run_all_batched(tape, heuristic):
         if defn.fast:
             append((kernel, op.attrs, op.args, op.results, False, ()))
             continue
-        inputs = set(map(id, op.input_vars()))  # (a set: a traced call reads ~6, writes ~3)
-        if any(id(out) in inputs for out in op.output_vars()):
-            return False  # (an output bound to an input: written in place)
+        if bound_outputs:
+            inputs = set(map(id, op.input_vars()))  # (a set: a traced call reads ~6, writes ~3)
+            if any(id(out) in inputs for out in op.output_vars()):
+                return False  # (an output bound to an input: written in place)
         append((kernel, op.attrs, op.args, None, False, ()))
     decision = _Decision(ops, steps, set())
     snapshot = rollback.Snapshot(any(op.defn.random for op in ops))

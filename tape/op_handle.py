@@ -70,9 +70,11 @@ def _flatten(entries):
         return list(entries[0])  # (one list slot, as a traced call or a sum reads: a copy)
     flat = []
     for entry in entries:
-        if entry is None:
+        if entry.__class__ is Variable:
+            flat.append(entry)
+        elif entry is None:
             continue
-        if isinstance(entry, (list, tuple)):
+        elif isinstance(entry, (list, tuple)):
             flat.extend(entry)
         else:
             flat.append(entry)

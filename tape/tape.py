@@ -60,6 +60,9 @@ class Tape:
         self.speculated = self.probe = self._unbatched_forward = False
         self.started = None  # (a step's global tape: when it started, for autobatch's choice)
         self.traced_calls = False  # (whether a tape.traced function's call was recorded)
+        # (whether an op was recorded into given output Variables, add_op's ``outputs``: only
+        # then may an output be bound to one of its op's inputs)
+        self.bound_outputs = False
         guard.register(self)
 
     @property
@@ -366,6 +369,8 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferre
             raise
         except Exception as err:
             raise _kernel_error(defn, tape, err) from err
+    if given is not None:
+        tape.bound_outputs = True
     results = _outputs(defn, descs, values, grad, given, args, tape)
     if grad or tape.record_all:
         if not tape.lazy and len(tape._ops) & EAGER_STEP_MASK == 0 and tape.steps_only:

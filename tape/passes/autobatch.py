@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 
 from ops.batching import rule_of
+from tape.variable import Variable
 
 MIN_GROUP = 3
 HEURISTICS = ("agenda", "depth")
@@ -158,8 +159,12 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     count += 1
                     if depth[p] >= level:
                         level = depth[p] + 1
-            for var in op.output_vars():
-                producer[var] = offset
+            for entry in op.results:  # (op.output_vars() without the list it builds)
+                if entry.__class__ is Variable:
+                    producer[entry] = offset
+                elif entry is not None:
+                    for var in entry:
+                        producer[var] = offset
         waiting.append(count)
         depth.append(level)
         offset += 1
@@ -245,8 +250,12 @@ def _by_agenda(waiting, sources, targets, depth, keys, sizes):
 
 
 def inputs(op):
+    """The Variables ``op`` reads (its argument list itself for one list slot: not a copy)."""
+    args = op.args
     if op.defn.simple_inputs:
-        return op.args
+        return args
+    if len(args) == 1 and args[0].__class__ is list:  # (a traced call, a sum)
+        return args[0]
     return op.input_vars()
 
 

@@ -4,6 +4,8 @@ rounding of a larger product; bit for bit with exact=True or autobatch=False), e
 member that failed, random ops left in their order, and held intermediates readable.
 """
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -552,3 +554,28 @@ def test_ops_opt_in_beside_their_kernels():
     assert batching.rule_of(REGISTRY["matmul"]) is batching.MATMUL
     assert batching.rule_of(REGISTRY["dropout"]) is None  # random: not elementwise-batched
     assert batching.rule_of(REGISTRY["concat"]) is batching.CONCAT
+
+
+def test_an_op_recorded_into_one_of_its_inputs_is_run_in_order_not_batched():
+    """add_op's ``outputs`` can bind an op's result to its own input (written in place): the
+    batched first-sighting run refuses such a tape (``Tape.bound_outputs``), and the plain run
+    gives eager mode's values."""
+    interpret = importlib.import_module("tape.interpret")
+    xs = [np.full(3, float(k)) for k in range(4)]
+    results = {}
+    for lazy in (False, True):
+        tape.reset_global_tape()
+        with tape.lazy(enabled=lazy, autobatch=True, compile=False):
+            t = tape.get_global_tape()
+            acc = [tape.Variable(x) * 1.0 for x in xs]
+            for a in acc:
+                t.add_op("sum", {"X": [a, a]}, outputs={"Out": [a]})
+            assert t.bound_outputs
+            if lazy:
+                assert interpret.run_all_batched(t, "agenda") is False
+            results[lazy] = [a.numpy().copy() for a in acc]
+    for got, want in zip(results[True], results[False], strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(results[True][3], np.full(3, 6.0))
+    tape.reset_global_tape()
+    assert not tape.get_global_tape().bound_outputs
