@@ -91,11 +91,11 @@ def gradients(tape, loss, run, seed):
     ops = tape._ops
     for op in reached:  # (released and dropped, as the op-by-op scan drops them)
         for entry in op.results:
-            if entry.__class__ is Variable:
-                entry._released = True
-            elif entry is not None:
+            if entry.__class__ is list or entry.__class__ is tuple:
                 for var in entry:
                     var._released = True
+            elif entry is not None:
+                entry._released = True
         if op.index < len(ops) and ops[op.index] is op:
             ops[op.index] = None
     together = sum(members for _, members in counts.values())

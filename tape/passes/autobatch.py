@@ -49,7 +49,6 @@ from __future__ import annotations
 import collections
 
 from ops.batching import rule_of
-from tape.variable import Variable
 
 MIN_GROUP = 3
 HEURISTICS = ("agenda", "depth")
@@ -160,11 +159,11 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     if depth[p] >= level:
                         level = depth[p] + 1
             for entry in op.results:  # (op.output_vars() without the list it builds)
-                if entry.__class__ is Variable:
-                    producer[entry] = offset
-                elif entry is not None:
+                if entry.__class__ is list or entry.__class__ is tuple:
                     for var in entry:
                         producer[var] = offset
+                elif entry is not None:
+                    producer[entry] = offset
         waiting.append(count)
         depth.append(level)
         offset += 1
