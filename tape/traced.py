@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import weakref
 
 import numpy as np
 
@@ -75,8 +74,7 @@ class TracedFunction:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
-        pieces = current.__dict__.get("_traced_pieces")
-        program, inputs = self._program(args, pieces)
+        program, inputs = self._program(args, current)
         current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = record_lazy(
@@ -84,13 +82,9 @@ class TracedFunction:
         )
         if not parts:
             return out
-        if pieces is None:
-            pieces = current._traced_pieces = {}
-        layout, packed = program.out_descs, weakref.ref(out)
-        for index, part in enumerate(parts):  # (entries leave with their parts)
-            key = id(part)
-            gone = weakref.ref(part, lambda _, key=key: pieces.pop(key, None))
-            pieces[key] = (gone, packed, layout, index)
+        layout = program.out_descs
+        for index, part in enumerate(parts):  # (read packed by the calls it is passed to)
+            part._piece = (out, layout, index)
         return tuple(parts)
 
     def program_for(self, *args):
@@ -98,10 +92,10 @@ class TracedFunction:
         ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
         return self._program(args, None)[0]
 
-    def _program(self, args, pieces):
+    def _program(self, args, tape):
         """The Program for ``args`` (traced on first sight of their signature) and the
-        Variables a call passes it (``_signature``)."""
-        key, inputs = _signature(self.fn, args, pieces)
+        Variables a call on ``tape`` passes it (``_signature``)."""
+        key, inputs = _signature(self.fn, args, tape)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
@@ -134,21 +128,22 @@ def _is_array(value):
     return isinstance(value, np.ndarray) or _on_gpu(value)
 
 
-def _signature(fn, args, pieces):
-    """The cache key of a call, per argument how the trace reads it, and the Variables the call
-    passes. An argument is a Variable (keyed by its shape and dtype; an array becomes a
-    constant one), a result of another traced call (the call's packed output is passed
-    instead, and the program slices it: a tree of calls records no slices between them), or
-    a hashable Python value (keyed by its value)."""
+def _signature(fn, args, tape):
+    """The cache key of a call on ``tape``, per argument how the trace reads it, and the
+    Variables the call passes. An argument is a Variable (keyed by its shape and dtype; an
+    array becomes a constant one), a result of another traced call still pending on ``tape``
+    (the call's packed output is passed instead, and the program slices it: a tree of calls
+    records no slices between them), or a hashable Python value (keyed by its value)."""
     key, inputs = [], []
     for k, arg in enumerate(args):
         if arg.__class__ is not Variable and _is_array(arg):
             arg = Variable(arg)
         if arg.__class__ is Variable or isinstance(arg, Variable):
-            piece = pieces.get(id(arg)) if pieces else None
-            source = None if piece is None or piece[0]() is not arg else piece[1]()
-            if source is None:  # (a plain Variable, or a result whose call the tape dropped)
-                piece, source = None, arg
+            piece = arg._piece
+            if piece is None or tape is None or piece[0]._pending is not tape:
+                piece, source = None, arg  # (a plain Variable, or a result already computed)
+            else:
+                source = piece[0]
             index = len(inputs)
             for i, known in enumerate(inputs):  # (a few: a scan beats a dictionary)
                 if known is source:
@@ -160,7 +155,7 @@ def _signature(fn, args, pieces):
                 shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
                 key.append(("var", index, shape, arg.dtype))
             else:
-                key.append(("piece", index, piece[2], piece[3]))
+                key.append(("piece", index, piece[1], piece[2]))
             continue
         try:
             hash(arg)

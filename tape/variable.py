@@ -46,6 +46,7 @@ class Variable(TensorStyle):
         "persistable",
         "_pending",
         "_origin",  # set only on outputs of a tape reset_global_tape() ended (tape.stale)
+        "_piece",  # a traced call's result: (the call's packed output, layout, index)
         "__weakref__",
     )
     # numpy defers to our reflected operators (array + var -> var.__radd__) instead of looping.
@@ -75,6 +76,7 @@ class Variable(TensorStyle):
         self._value, self.shape, self.dtype, self._name = value, shape, dt, name
         self.requires_grad, self._grad, self._leaf = bool(requires_grad), None, True
         self._released, self.persistable, self._pending = False, False, None
+        self._piece = None
 
     @classmethod
     def _make(cls, value, shape, dtype, requires_grad):
@@ -82,7 +84,7 @@ class Variable(TensorStyle):
         var = cls.__new__(cls)
         var._value, var.shape, var.dtype, var._name = value, shape, dtype, None
         var.requires_grad, var._grad, var._leaf = requires_grad, None, not requires_grad
-        var._released, var.persistable, var._pending = False, False, None
+        var._released, var.persistable, var._pending, var._piece = False, False, None, None
         return var
 
     @property

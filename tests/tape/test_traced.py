@@ -399,6 +399,23 @@ def test_a_traced_function_calling_another(lazy):
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12, atol=1e-15)
 
 
+def test_a_result_assigned_into_is_read_with_its_new_value():
+    """A call's result is read packed by the calls it is passed to, until it changes: an
+    assignment into it (``h[0] = ...``) makes it another value, which later calls read."""
+    w = tape.Variable(np.eye(2), requires_grad=True)
+    f = tape.traced(lambda x: (ops.matmul(x, w), ops.matmul(x, w) * 2.0))
+    g = tape.traced(lambda a: a * 1.0)
+    got = {}
+    for lazy in (False, True):
+        tape.reset_global_tape()
+        with tape.lazy(enabled=lazy):
+            a, b = f(tape.Variable(np.array([1.0, 2.0])))
+            a[0] = 100.0
+            got[lazy] = g(a).numpy().copy(), g(b).numpy().copy()
+    np.testing.assert_array_equal(got[True][0], [100.0, 2.0])
+    np.testing.assert_array_equal(got[True][1], got[False][1])
+
+
 def test_another_shape_or_dtype_is_traced_again():
     w = tape.Variable(np.ones((3, 2)), requires_grad=True)
     f = tape.traced(lambda x: ops.matmul(x, w))
