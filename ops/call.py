@@ -274,7 +274,7 @@ class Vectorised:
         values ``saved_plan`` names, from the forward: the steps computing them are skipped."""
         program = self.program
         n = self.count(values)
-        skip, given = (self.saved_plan()[:2]) if saved is not None else (frozenset(), ())
+        skip, given = self.saved_plan()[:2] if saved is not None else (frozenset(), ())
         if xp is np:
             key = (keep, saved is not None)
             straight = self._straight.get(key)
@@ -305,9 +305,10 @@ class Vectorised:
     def saved_plan(self):
         """For a gradient program's plan: (the indices of the steps that recompute its
         forward's values, the numbers of those values the other steps and the results read,
-        the forward's numbers of them). A batched backward takes those values from its forward
-        run (``saving``) and skips the steps: the gradient of a Tree-LSTM node replays the
-        node's ~25 ops before its own ~25. A step whose result is the members' total
+        the forward's numbers of them, the inputs nothing else reads). A batched backward
+        takes those values from its forward run (``saving``) and skips the steps: the
+        gradient of a Tree-LSTM node replays the node's ~25 ops before its own ~25; and it
+        does not gather the inputs nothing else reads. A step whose result is the members' total
         (``summed``) is not skipped (the forward computed the members' values)."""
         if self._saved_plan is None:
             recomputed = self.program.recomputed
@@ -328,7 +329,8 @@ class Vectorised:
                     if ref in read
                 )
             )
-            self._saved_plan = (skip, given, tuple(recomputed[ref] for ref in given))
+            unread = frozenset(range(len(self.program.in_descs))) - read
+            self._saved_plan = (skip, given, tuple(recomputed[ref] for ref in given), unread)
         return self._saved_plan
 
     def saving(self, mask):
@@ -478,6 +480,12 @@ class _WithSaved:
     def grad(self, mask, differentiable=False):
         found = self.vectorised.grad(mask, differentiable)
         return found.bound(self.saved) if tuple(mask) == self.mask else found
+
+    def unread(self, mask):
+        """The inputs the gradient for ``mask`` does not read (none unless it is bound)."""
+        if tuple(mask) != self.mask:
+            return frozenset()
+        return self.vectorised.grad(mask).inner.saved_plan()[3]
 
 
 def _flat_refs(args):
@@ -742,6 +750,12 @@ class _Call(batching.Rule):
         forward kept (``run_saving``)."""
         mask, values = saved
         return {**attrs, "fn": _WithSaved(attrs["fn"], mask, values)}
+
+    @staticmethod
+    def unread(attrs, mask):
+        """The inputs of a group's call (``with_saved``'s attributes) that its gradient for
+        the inputs in ``mask`` does not read."""
+        return attrs["fn"].unread(mask)
 
     def as_op(self, attrs, shapes, each, n, out_shape):
         stacked = [(n, *shape) if per else tuple(shape) for shape, per in zip(shapes, each)]

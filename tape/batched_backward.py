@@ -281,24 +281,33 @@ def _as_one(active, gout_value, rule, rows, flows, facts):
     if form is None:
         return None
     attrs, slots, stacked_shapes, stacked_out = form
-    if facts is not None and facts[3] is not None:  # (what the forward kept for it)
-        attrs = rule.with_saved(attrs, facts[3])
     xp = array_module(gout_value)
     members_of = [op.args[0] for op in active] if listed else [op.args for op in active]
-    stacked, inputs_of = [], []  # per slot of the member op: a Variable (stacked or shared)
+    inputs_of = [
+        [args[slot] for args in members_of] if per else None for slot, per in enumerate(each)
+    ]
+    wants = [
+        any(map(_REQUIRES_GRAD, inputs)) if per else var.requires_grad
+        for var, per, inputs in zip(entries, each, inputs_of)
+    ]
+    unread = ()
+    if facts is not None and facts[3] is not None:  # (what the forward kept for it)
+        attrs = rule.with_saved(attrs, facts[3])
+        # (operands whose gradient reads only what the forward kept are not gathered again)
+        unread = rule.unread(attrs, tuple(j for j, w in enumerate(wants) if w))
+    stacked = []  # per slot of the member op: a Variable (stacked or shared)
     for slot, var in enumerate(entries):
         if not each[slot]:
             stacked.append(var)
-            inputs_of.append(None)
             continue
-        inputs = [args[slot] for args in members_of]
+        inputs, shape = inputs_of[slot], (n,) + shapes[slot]
         value = None if facts is None else facts[1][slot]  # (the operand the forward read)
-        if value is None:
+        if value is None and slot in unread:  # (its shape only: no memory)
+            value = xp.broadcast_to(xp.zeros((), var.dtype), shape)
+        elif value is None:
             values = [v._value for v in inputs]
             value = None if any(v is None for v in values) else gather(values, rows, xp)
-        wants = any(map(_REQUIRES_GRAD, inputs))
-        stacked.append(Variable._make(value, (n,) + shapes[slot], var.dtype, wants))
-        inputs_of.append(inputs)
+        stacked.append(Variable._make(value, shape, var.dtype, wants[slot]))
     if listed:
         shaped = [[_reshaped(v, s) for v, s in zip(stacked, stacked_shapes[0])]]
     else:

@@ -277,8 +277,11 @@ def test_a_batched_backward_reads_the_values_its_forward_computed(monkeypatch):
     (program,) = node.programs.values()
     (vectorised,) = program._vectorised.values()
     (gradient,) = vectorised._grads.values()
-    skip, given, sources = gradient.inner.saved_plan()
+    skip, given, sources, unread = gradient.inner.saved_plan()
     assert len(skip) >= 10 and len(given) == len(sources) > 0  # (the node's ops, not redone)
+    # (the children's packed results are read only through slices the forward kept: the
+    # backward does not gather them again)
+    assert {j for j, per in enumerate(vectorised.each) if per} <= unread, unread
     monkeypatch.setattr(call._Call, "saves", False)  # (the gradient computes them again)
     want = _forest_step(p, leaf, node, trees, {"autobatch": True})
     assert runs["recomputed"] >= 2
