@@ -72,7 +72,7 @@ def gradients(tape, loss, run, seed):
     reached, counts = [], {}  # (op type -> [groups differentiated as one, their members])
     try:
         for unit, (members, rule, facts) in enumerate(units):
-            if rule is None or len(members) < 2:
+            if not _together(rule, members):
                 for op in members:
                     if _one(op, pending, backward):
                         reached.append(op)
@@ -105,6 +105,12 @@ def gradients(tape, loss, run, seed):
     if tape.steps_only:
         collector.step_ended()  # (the step's ops are gone: tape.collector)
     return leaves
+
+
+def _together(rule, members):
+    """Whether a group's members are differentiated as one op: two or more, or one whose rule
+    runs a group of one (``Rule.min_group``: a traced call's vectorised gradient)."""
+    return rule is not None and (len(members) > 1 or getattr(rule, "min_group", 2) < 2)
 
 
 def _one(op, pending, backward):
@@ -142,7 +148,7 @@ class _Flows:
     def __init__(self, units):
         self.unit_of, self.outputs, self.rows_of, self.value, self.reached = {}, {}, {}, {}, {}
         for unit, (members, rule, facts) in enumerate(units):
-            if rule is not None and len(members) > 1:
+            if _together(rule, members):
                 ids = facts[0] if facts else [id(op.results[0]) for op in members]
                 self.outputs[unit] = ids
                 self.unit_of.update(zip(ids, repeat(unit)))
@@ -248,7 +254,7 @@ def _group(active, gout, rule, facts, pending, rows, backward, counts, flows):
     one, as ``_one``); returns them. ``facts``: the forward's (output ids, operands, result)
     of the group when every member is active; ``counts``: per op type, the groups and members
     differentiated as one so far."""
-    if len(active) > 1 and active[0].defn.grad_maker is not None:
+    if _together(rule, active) and active[0].defn.grad_maker is not None:
         shares = _as_one(active, gout, rule, rows, flows, facts)
         if shares is not None:
             for g, var in shares:

@@ -37,7 +37,9 @@ of Python dispatch plus its kernel; a group of n costs one dispatch, a gather (`
 ~0.3 us per member; free when the members are consecutive rows of an earlier group's result)
 and a scatter (~0.2 us per member). A group of two already wins for products with a shared
 weight (n small products -> one) and breaks even for elementwise ops on 64-128 floats; from
-three members on every rule wins, so groups smaller than ``MIN_GROUP`` run unbatched.
+three members on every rule wins, so groups smaller than ``MIN_GROUP`` run unbatched (a rule
+may ask for fewer, ``Rule.min_group``: a traced call's program runs faster vectorised over one
+member than interpreted op by op).
 
 Results equal unbatched ones bit for bit for elementwise, view and lookup rules; products over
 joined rows may round differently (BLAS blocks a larger product differently), so autobatching is
@@ -113,7 +115,8 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
         _alone(start, stop, result)
         return
     keys = signatures.keys(ops, start, stop)
-    if max(signatures.counts, default=0) < min_group:
+    least = [min(min_group, getattr(rule, "min_group", min_group)) for rule in signatures.rules]
+    if not any(count >= at_least for count, at_least in zip(signatures.counts, least)):
         signatures.bailed += stop - start
         _alone(start, stop, result)  # no signature could fill a group: nothing to schedule
         return
@@ -148,18 +151,17 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     if depth[p] >= level:
                         level = depth[p] + 1
             producer[op.results[0]] = offset
-        else:
+        else:  # (a list of inputs, as a traced call reads: its producers so far in ``mine``)
+            mine = [first] if count else []
             for var in inputs(op):
                 p = get(var)
-                if p is not None and p != first:
-                    if count and p in sources[len(sources) - count :]:
-                        continue
-                    first = p
+                if p is not None and p not in mine:
+                    mine.append(p)
                     sources.append(p)
                     targets.append(offset)
-                    count += 1
                     if depth[p] >= level:
                         level = depth[p] + 1
+            count = len(mine)
             for entry in op.results:  # (op.output_vars() without the list it builds)
                 if entry.__class__ is list or entry.__class__ is tuple:
                     for var in entry:
@@ -176,7 +178,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
     rules = signatures.rules
     groups_append, rules_append = result.groups.append, result.rules.append
     for key, members in order:
-        if key < 0 or len(members) < min_group:
+        if key < 0 or len(members) < least[key]:
             for offset in members:
                 groups_append((start + offset,))
                 rules_append(None)
