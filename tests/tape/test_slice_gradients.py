@@ -109,3 +109,30 @@ def test_second_order_gradients_flow_through_the_joined_slices():
     first = np.concatenate([3 * v[:2] ** 2, 2 * v[2:]])
     second = np.concatenate([6 * v[:2], 2 * np.ones(2)])
     np.testing.assert_allclose(z.grad().numpy(), 2 * first * second, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "starts, ends",
+    [
+        ((0, 2, 5), (2, 5, 7)),  # pieces that tile the axis: joined in one copy
+        ((5, 0, 2), (7, 2, 5)),  # ... listed in any order
+        ((-2, 0, 2), (7, 2, -2)),  # ... with negative and clamped bounds
+        ((0, 3), (2, 7)),  # a gap: added into zeros
+        ((0, 1, 4), (3, 5, 7)),  # overlapping pieces add up
+    ],
+)
+def test_slices_grad_equals_each_piece_added_into_zeros(starts, ends):
+    from ops.registry import REGISTRY
+
+    defn = REGISTRY["slices_grad"]
+    rng = np.random.default_rng(0)
+    shape = (3, 7)
+    attrs = defn.check_attrs({"shape": shape, "axes": (1,), "starts": starts, "ends": ends})
+    gouts, want = [], np.zeros(shape, np.float32)
+    for start, end in zip(starts, ends, strict=True):
+        window = (slice(None), slice(start, end))
+        gouts.append(rng.standard_normal(want[window].shape).astype(np.float32))
+        want[window] += gouts[-1]
+    got = defn.kernel(np, attrs, gouts)
+    assert got.dtype == np.float32 and got.shape == shape
+    np.testing.assert_array_equal(got, want)
