@@ -30,6 +30,8 @@ class Rule:
 
     name = "rule"
     lists = False  # whether it batches an op whose one input slot is a list (``LIST``'s kind)
+    min_group = None  # the fewest members worth a batched call, if fewer than the schedule's
+    shapes_in_attrs = False  # whether the op's attributes fix its inputs' shapes and dtypes
 
     def accepts(self, attrs, shapes, each):
         return any(each)

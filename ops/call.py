@@ -707,6 +707,9 @@ class _Call(batching.Rule):
     # step, and its gradient traced and interpreted the same way); vectorised over one member it
     # runs as one generated function (~1 us a step) and its backward reads what it kept.
     min_group = 1
+    # (a call's program fixes its inputs' shapes and dtypes: its signature needs only which
+    # inputs are shared, tape.passes.autobatch)
+    shapes_in_attrs = True
 
     def accepts(self, attrs, shapes, each):
         return attrs["fn"].__class__ is Program and any(each)

@@ -110,7 +110,7 @@ def gradients(tape, loss, run, seed):
 def _together(rule, members):
     """Whether a group's members are differentiated as one op: two or more, or one whose rule
     runs a group of one (``Rule.min_group``: a traced call's vectorised gradient)."""
-    return rule is not None and (len(members) > 1 or getattr(rule, "min_group", 2) < 2)
+    return rule is not None and (len(members) > 1 or (rule.min_group or 2) < 2)
 
 
 def _one(op, pending, backward):

@@ -264,8 +264,9 @@ def _wants_grad(args):
         elif arg is None:
             continue
         elif arg.__class__ is list:
-            if any(v.requires_grad for v in arg):
-                return True
+            for v in arg:  # (a loop, not any(): a generator's frame costs more than the test)
+                if v.requires_grad:
+                    return True
         elif arg.requires_grad:
             return True
     return False
@@ -517,15 +518,17 @@ def record_lazy(tape, defn, args, attrs, descs):
     if _HOOK is not None or record is not _RECORD or SHARED or state.trusted or not tape.lazy:
         return apply_inferred(defn, args, attrs, descs)
     grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
-    results = []
+    results, make = [], Variable._make
     for desc in (descs,) if defn.single_output else descs:
         if desc.__class__ is list:
-            slot = [Variable._make(None, d[0], d[1], grad and d[1].kind in "fc") for d in desc]
-            for var in slot:
+            slot = []
+            for shape, dtype in desc:
+                var = make(None, shape, dtype, grad and dtype.kind in "fc")
                 var._pending = tape
+                slot.append(var)
             results.append(slot)
         else:
-            var = Variable._make(None, desc[0], desc[1], grad and desc[1].kind in "fc")
+            var = make(None, desc[0], desc[1], grad and desc[1].kind in "fc")
             var._pending = tape
             results.append(var)
     location = state.location or user_location(3)

@@ -115,7 +115,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
         _alone(start, stop, result)
         return
     keys = signatures.keys(ops, start, stop)
-    least = [min(min_group, getattr(rule, "min_group", min_group)) for rule in signatures.rules]
+    least = [min(min_group, rule.min_group or min_group) for rule in signatures.rules]
     if not any(count >= at_least for count, at_least in zip(signatures.counts, least)):
         signatures.bailed += stop - start
         _alone(start, stop, result)  # no signature could fill a group: nothing to schedule
@@ -275,6 +275,7 @@ class _Signatures:
     def __init__(self, parts=False):
         self.parts = parts
         self.kinds = {}  # defn -> its rule, or None: the op never batches
+        self.fixed = set()  # defns whose attributes fix their inputs' shapes (shapes_in_attrs)
         self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
         self.known = {}  # (defn, attribute key, inputs) -> signature
         self.rules, self.counts, self.bailed = [], [], 0
@@ -282,7 +283,7 @@ class _Signatures:
     def keys(self, ops, start, stop):
         """The signatures of ops[start:stop], counted (in ``counts``) afresh."""
         self.counts = counts = [0] * len(self.rules)
-        kinds, attr_keys, known = self.kinds, self.attr_keys, self.known
+        kinds, attr_keys, known, fixed = self.kinds, self.attr_keys, self.known, self.fixed
         keys = []
         append = keys.append
         for op in ops[start:stop]:
@@ -290,6 +291,8 @@ class _Signatures:
             rule = kinds.get(defn, _UNSEEN)
             if rule is _UNSEEN:
                 rule = kinds[defn] = _rule(defn, self.parts)
+                if rule is not None and rule.shapes_in_attrs:
+                    fixed.add(defn)
             if rule is None:
                 append(-1)
                 continue
@@ -306,13 +309,19 @@ class _Signatures:
             if akey is None:
                 append(-1)
                 continue
-            # One flat tuple: per input (id, None) if shared, else (shape, dtype).
+            # One flat tuple: per input (id, None) if shared, else (shape, dtype); only the
+            # id or None where the attributes fix the inputs' shapes (a traced call's program).
             parts = [defn, akey]
-            for var in args:
-                if var.persistable or (var._leaf and var.requires_grad):  # shared()
-                    parts += (id(var), None)
-                else:
-                    parts += (var.shape, var.dtype)
+            if defn in fixed:
+                for var in args:
+                    shared_var = var.persistable or (var._leaf and var.requires_grad)
+                    parts.append(id(var) if shared_var else None)
+            else:
+                for var in args:
+                    if var.persistable or (var._leaf and var.requires_grad):  # shared()
+                        parts += (id(var), None)
+                    else:
+                        parts += (var.shape, var.dtype)
             signature = tuple(parts)
             try:
                 key = known.get(signature)

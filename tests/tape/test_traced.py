@@ -172,6 +172,31 @@ def test_a_call_alone_runs_its_program_vectorised_forward_and_backward():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
+def test_calls_group_by_program_and_which_parameters_they_are_passed():
+    """A call's signature is its program (which fixes its inputs' shapes) and the identity of
+    each shared input: calls passed different parameters run as different groups."""
+    rng = np.random.default_rng(0)
+    weights = [tape.Variable(rng.standard_normal((3, 3)), requires_grad=True) for _ in range(2)]
+    xs = [rng.standard_normal(3) for _ in range(8)]
+
+    def f(x, w):
+        return ops.tanh(ops.matmul(x, w))
+
+    grads = {}
+    for fn, lazy in ((f, None), (tape.traced(f), {"autobatch": True})):
+        tape.reset_global_tape()
+        for w in weights:
+            w.clear_grad()
+        with tape.lazy(enabled=lazy is not None, **(lazy or {})):
+            outs = [fn(tape.Variable(x) * 1.0, weights[k % 2]) for k, x in enumerate(xs)]
+            tape.backward(ops.stack([o.sum() for o in outs]).sum())
+            grads[lazy is None] = [w.grad().numpy().copy() for w in weights]
+    _, groups, _ = tape.get_global_tape()._last_autobatch
+    assert sorted(size for kind, size, *_ in groups if kind.startswith("call")) == [4, 4]
+    for got, want in zip(grads[False], grads[True], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 def test_autobatch_auto_always_batches_traced_calls():
     """A call run alone interprets its program: the default never measures that way."""
     p = _tree_params()
