@@ -53,12 +53,15 @@ class _Group:
 
 def gradients(tape, loss, run, seed):
     """The leaf gradients ``{id: (leaf, gradient)}`` of ``loss`` on ``tape`` after the
-    autobatched run ``run`` (``(ops, groups, rules, rows, ran)``: ``tape.interpret``; ``ran``
-    per group what its forward kept for this backward, or None), its gradient ops run at
-    once; ``seed``: the loss's gradient. None if it could not (nothing changed)."""
+    autobatched run ``run`` (``(ops, groups, rules, rows, ran, parts_read)``:
+    ``tape.interpret``; ``ran`` per group what its forward kept for this backward, or None;
+    ``parts_read``: ``autobatch.Schedule``'s), its gradient ops run at once; ``seed``: the
+    loss's gradient. None if it could not (nothing changed)."""
     backward = importlib.import_module("tape.backward")  # (``tape.backward`` is the function)
 
-    ops, groups, rules, rows, ran = run
+    ops, groups, rules, rows, ran, parts_read = run
+    # (a part gets a gradient of its own only where an op read it, or it is the loss)
+    parts_read = parts_read or loss._piece is not None
     in_run = {id(op) for op in ops}
     ran = ran or [None] * len(groups)
     units = [
@@ -77,7 +80,9 @@ def gradients(tape, loss, run, seed):
                     if _one(op, pending, backward):
                         reached.append(op)
             else:
-                gout, active = flows.take(unit, members, pending, backward._total, rule)
+                gout, active = flows.take(
+                    unit, members, pending, backward._total, rule if parts_read else None
+                )
                 if gout is not None:
                     facts = facts if len(active) == len(members) else None
                     reached += _group(

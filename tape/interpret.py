@@ -527,7 +527,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic)
             ran[number] = None
         elif torn:  # (what the forward kept for the gradient may view a freed buffer too)
             ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out, None
-    tape._batched_run = (ops, groups, rules, rows, None if staged else ran)
+    tape._batched_run = (ops, groups, rules, rows, None if staged else ran, plan.parts_read)
 
 
 def _frees_after_last_reads(ops, steps, groups, variables):

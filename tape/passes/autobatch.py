@@ -67,12 +67,14 @@ class Schedule:
     """The order of a run: ``groups`` (tuples of positions into the run's ops; each group after
     every group it depends on) and per group its batch rule (None: run the op alone);
     ``bailed``: ops left in tape order without grouping work, as no signature among their
-    segment's ops had enough members to fill a group."""
+    segment's ops had enough members to fill a group; ``parts_read``: whether an op reads a
+    ``Parts`` output of another (a traced call's result read unpacked: its gradient comes
+    back to the part, which the batched backward then collects; True where not looked at)."""
 
-    __slots__ = ("groups", "rules", "bailed")
+    __slots__ = ("groups", "rules", "bailed", "parts_read")
 
     def __init__(self):
-        self.groups, self.rules, self.bailed = [], [], 0
+        self.groups, self.rules, self.bailed, self.parts_read = [], [], 0, False
 
     def batched(self):
         """(group, size) of every batched group, in run order."""
@@ -112,12 +114,14 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
     per op), and, only if some signature has ``min_group`` members, the dependency DAG."""
     if stop - start < min_group:
         signatures.bailed += stop - start
+        result.parts_read = True  # (not looked at)
         _alone(start, stop, result)
         return
     keys = signatures.keys(ops, start, stop)
     least = [min(min_group, rule.min_group or min_group) for rule in signatures.rules]
     if not any(count >= at_least for count, at_least in zip(signatures.counts, least)):
         signatures.bailed += stop - start
+        result.parts_read = True  # (not looked at)
         _alone(start, stop, result)  # no signature could fill a group: nothing to schedule
         return
     # The DAG as flat lists of ints (offsets from ``start``): few long-lived containers, so the
@@ -128,6 +132,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
     get = producer.get
     last_random = -1
     offset = 0
+    parts_read = False
     for op in ops[start:stop]:
         defn = op.defn
         level = count = 0
@@ -141,7 +146,11 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
         if defn.fast:
             for var in op.args:
                 p = get(var)
-                if p is not None and p != first:
+                if p is None:
+                    continue
+                if var._piece is not None:
+                    parts_read = True
+                if p != first:
                     if count and p in sources[len(sources) - count :]:
                         continue  # (an input read twice: one edge)
                     first = p
@@ -155,7 +164,11 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
             mine = [first] if count else []
             for var in inputs(op):
                 p = get(var)
-                if p is not None and p not in mine:
+                if p is None:
+                    continue
+                if var._piece is not None:
+                    parts_read = True
+                if p not in mine:
                     mine.append(p)
                     sources.append(p)
                     targets.append(offset)
@@ -171,6 +184,8 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
         waiting.append(count)
         depth.append(level)
         offset += 1
+    if parts_read:
+        result.parts_read = True
     if heuristic == "depth":
         order = _by_depth(depth, keys)
     else:

@@ -52,6 +52,7 @@ class _Var:
     """A block variable as ``autobatch`` reads a Variable (hashed by identity)."""
 
     __slots__ = ("name", "shape", "dtype", "persistable", "requires_grad", "_leaf")
+    _piece = None  # (a block variable is never a traced call's result: autobatch.Schedule)
 
     def __init__(self, desc, leaf):
         self.name, self.shape, self.dtype = desc.name, tuple(desc.shape), desc.dtype

@@ -242,7 +242,7 @@ def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_e
     got, _ = _wiring_step(BATCHED, wire, scaled=True)
     _assert_close(got, want)
     (run,) = runs
-    _, groups, rules, _, ran = run
+    _, groups, rules, _, ran, _ = run
     batched = [facts for facts, rule in zip(ran, rules) if rule is not None]
     assert any(facts is None for facts in batched)  # (a result freed in part: not kept)
     assert any(facts is not None for facts in batched)  # (the others kept whole)

@@ -172,6 +172,30 @@ def test_a_call_alone_runs_its_program_vectorised_forward_and_backward():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
+def test_a_result_of_a_call_can_be_the_loss():
+    """The backward starts at a call's part (not read by any op): its gradient is collected
+    where the part lies in its call's packed output."""
+    w = tape.Variable(np.array([0.5, -1.0, 2.0]), requires_grad=True)
+
+    def f(x):
+        y = ops.tanh(x * w)
+        return y.sum(), y * 3.0
+
+    got = {}
+    for fn, lazy in ((f, None), (tape.traced(f), {"autobatch": True})):
+        tape.reset_global_tape()
+        w.clear_grad()
+        with tape.lazy(enabled=lazy is not None, **(lazy or {})):
+            y = tape.Variable(np.array([1.0, 2.0, 3.0])) * 1.0
+            for _ in range(3):  # (a chain: each call a group of one)
+                loss, y = fn(y)
+            tape.backward(loss)
+            got[lazy is None] = float(loss.numpy()), w.grad().numpy().copy()
+    assert tape.get_global_tape()._batched_backward[0]["call"] == [3, 3]
+    assert got[False][0] == pytest.approx(got[True][0], rel=1e-12)
+    np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
+
+
 def test_calls_group_by_program_and_which_parameters_they_are_passed():
     """A call's signature is its program (which fixes its inputs' shapes) and the identity of
     each shared input: calls passed different parameters run as different groups."""
