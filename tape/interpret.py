@@ -136,20 +136,22 @@ def run_all_batched(tape, heuristic):
     ``run``'s do."""
     if instrument.ACTIVE is not None:
         return False
-    ops = tape._pending_ops
-    if not _inputs_ready(tape, ops):
-        return False
+    ops = list(tape._pending_ops)
     xp = module_of(var for op in ops for var in op.input_vars())
-    ops = list(ops)
-    kernels, steps = {}, []
+    kernels, steps, random = {}, [], False
     append, bound_outputs = steps.append, tape.bound_outputs
-    for op in ops:  # (the instructions ``_decide`` makes, with nothing to free)
+    for op in ops:  # (the instructions ``_decide`` makes, with nothing to free; one pass)
         defn = op.defn
+        for var in op.args if defn.simple_inputs else autobatch.inputs(op):  # (_inputs_ready)
+            pending = var._pending
+            if pending is not tape and (pending is not None or var._value is None):
+                return False
         kernel = kernels.get(defn)
         if kernel is None:
             if defn.inplace or defn.side_effect:
                 return False
             kernel = kernels[defn] = kernel_for(defn, xp)
+            random = random or defn.random
         if defn.fast:
             append((kernel, op.attrs, op.args, op.results, False, ()))
             continue
@@ -159,7 +161,7 @@ def run_all_batched(tape, heuristic):
                 return False  # (an output bound to an input: written in place)
         append((kernel, op.attrs, op.args, None, False, ()))
     decision = _Decision(ops, steps, set())
-    snapshot = rollback.Snapshot(any(op.defn.random for op in ops))
+    snapshot = rollback.Snapshot(random)
     staged = {}
     tape._batched_run = None
     _transaction(
@@ -167,7 +169,8 @@ def run_all_batched(tape, heuristic):
         decision,
         snapshot,
         staged,
-        lambda: _execute_batched(tape, decision, snapshot, staged, xp, (), heuristic),
+        # (no barriers: an in-place or side-effecting op sent the run to ``run`` above)
+        lambda: _execute_batched(tape, decision, snapshot, staged, xp, (), heuristic, False),
     )
     return True
 
@@ -471,14 +474,18 @@ def _execute(tape, decision, snapshot, staged, xp, variables):
         _raise_located(decision.ops[position], err)
 
 
-def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic):
+def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic, barriers=True):
     """Runs the decided ops as ``tape.passes.autobatch`` schedules them: each group after the
     groups it reads from, a batched group as one kernel call; frees each value after the last
     group that reads it. A schedule without batched groups runs as ``_execute`` does (tape
-    order), so a run with nothing to batch pays only the schedule's linear scans."""
+    order), so a run with nothing to batch pays only the schedule's linear scans. ``barriers``:
+    whether an op may be one (side effects, in place), as the caller knows."""
     ops, steps = decision.ops, decision.steps
-    barriers = [op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)]
-    plan = autobatch.schedule(ops, barriers, heuristic, parts=True)
+    if barriers:
+        barriers = [
+            op.defn.side_effect or op.defn.inplace or step[4] for op, step in zip(ops, steps)
+        ]
+    plan = autobatch.schedule(ops, barriers or None, heuristic, parts=True)
     batched = plan.batched()
     tape._last_autobatch = (len(ops), [_described(ops[g[0]], n) for g, n in batched], plan.bailed)
     if not batched:

@@ -83,14 +83,14 @@ class Schedule:
 
 def schedule(ops, barriers, heuristic="agenda", min_group=MIN_GROUP, parts=False) -> Schedule:
     """Groups the run's ``ops`` (in tape order); ``barriers[i]``: op i must keep its place
-    relative to every other op (side effects, in-place). ``parts``: the caller fills the
-    ``Parts`` outputs of ops whose rule says so (``ops.call``: the interpreter does, a
-    compiled plan's groups do not), so those batch too."""
+    relative to every other op (side effects, in-place; None: no op does). ``parts``: the
+    caller fills the ``Parts`` outputs of ops whose rule says so (``ops.call``: the
+    interpreter does, a compiled plan's groups do not), so those batch too."""
     if heuristic not in HEURISTICS:
         raise ValueError(f"unknown autobatch heuristic {heuristic!r}; valid: {HEURISTICS}")
     result, start = Schedule(), 0
     signatures = _Signatures(parts)
-    for index, barrier in enumerate(barriers):
+    for index, barrier in enumerate(barriers or ()):
         if barrier:
             _segment(ops, start, index, signatures, heuristic, min_group, result)
             result.groups.append((index,))
