@@ -143,53 +143,51 @@ _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 class _Flows:
     """The gradients reaching the groups' members, stacked per group (see the module docstring):
-    ``unit_of[id(output)]`` is the group of a member of a group of two or more (by its one
-    output), ``outputs[group]`` the ids of its members' outputs in row order, ``value[group]``
-    the rows added so far (None until one is) and ``reached[group]`` which rows a gradient
-    reached (None: every row)."""
+    ``unit_of[id(output)]`` is the group of a member of a group differentiated as one (by its
+    one output) and ``row_of[id(output)]`` its row there, ``outputs[group]`` the ids of its
+    members' outputs in row order, ``value[group]`` the rows added so far (None until one is)
+    and ``reached[group]`` which rows a gradient reached (None: every row)."""
 
-    __slots__ = ("unit_of", "outputs", "rows_of", "value", "reached")
+    __slots__ = ("unit_of", "row_of", "outputs", "value", "reached")
 
     def __init__(self, units):
-        self.unit_of, self.outputs, self.rows_of, self.value, self.reached = {}, {}, {}, {}, {}
+        self.unit_of, self.row_of, self.outputs, self.value, self.reached = {}, {}, {}, {}, {}
         for unit, (members, rule, facts) in enumerate(units):
             if _together(rule, members):
                 ids = facts[0] if facts else [id(op.results[0]) for op in members]
                 self.outputs[unit] = ids
                 self.unit_of.update(zip(ids, repeat(unit)))
+                self.row_of.update(zip(ids, range(len(ids))))
 
     def add(self, g, inputs):
         """Adds the rows of ``g`` (one per Variable of ``inputs``) to the groups whose members
         computed them; returns the positions of the inputs that no group computed."""
         keys = list(map(id, inputs))
-        unit = self.unit_of.get(keys[0])
-        if unit is not None and len(keys) > 1:
-            row = self._row(unit, keys[0])
-            if self.outputs[unit][row : row + len(keys)] == keys and all(
-                map(_REQUIRES_GRAD, inputs)
-            ):  # (consecutive rows of one group, as the forward read them: one add)
-                self._add(unit, slice(row, row + len(keys)), g, len(keys))
-                return ()
-        by_unit, others = {}, []
-        unit_of = self.unit_of.get
-        for position, key in enumerate(keys):
-            unit = unit_of(key)
+        units = list(map(self.unit_of.get, keys))
+        unit, count = units[0], len(keys)
+        if (
+            unit is not None and units.count(unit) == count and all(map(_REQUIRES_GRAD, inputs))
+        ):  # (every row for one group: one add)
+            row_of = self.row_of
+            row = row_of[keys[0]]
+            if self.outputs[unit][row : row + count] == keys:  # (consecutive, as often read)
+                self._add(unit, slice(row, row + count), g, count)
+            else:
+                self._add(unit, list(map(row_of.__getitem__, keys)), g, count)
+            return ()
+        by_unit, others, row_of = {}, [], self.row_of
+        for position, (key, unit) in enumerate(zip(keys, units)):
             if unit is None or not inputs[position].requires_grad:
                 others.append(position)
-            else:
-                positions, at = by_unit.setdefault(unit, ([], []))
-                positions.append(position)
-                at.append(self._row(unit, key))
+                continue
+            entry = by_unit.get(unit)
+            if entry is None:
+                entry = by_unit[unit] = ([], [])
+            entry[0].append(position)
+            entry[1].append(row_of[key])
         for unit, (positions, at) in by_unit.items():
             self._add(unit, at, g[positions], len(positions))
         return others
-
-    def _row(self, unit, key):
-        rows = self.rows_of.get(unit)
-        if rows is None:
-            ids = self.outputs[unit]
-            rows = self.rows_of[unit] = dict(zip(ids, range(len(ids))))
-        return rows[key]
 
     def _add(self, unit, at, g, count):
         value = self.value.get(unit)
