@@ -267,11 +267,17 @@ class _ListAxes(_List):
         return all(each)
 
     def run(self, xp, kernel, attrs, inputs, n, out_shape):
+        shape = (n, *attrs["shape"])
+        return kernel(xp, {**self.moved_axes(attrs), "shape": shape}, [v for _, v in inputs])
+
+    @staticmethod
+    def moved_axes(attrs):
+        """The attributes with their non-negative axes moved past the member axis (``shape``
+        is the member's still)."""
         moved = {
             k: tuple(a + 1 if a >= 0 else a for a in attrs[k]) for k in ("axes", "decrease_axis")
         }
-        shape = (n, *attrs["shape"])
-        return kernel(xp, {**attrs, **moved, "shape": shape}, [value for _, value in inputs])
+        return {**attrs, **moved}
 
     def as_op(self, attrs, shapes, each, n, out_shape):
         return None  # (a gradient op: a first-order backward never differentiates it)

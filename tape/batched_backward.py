@@ -326,17 +326,21 @@ def _as_one(active, gout_value, rule, rows, flows, facts):
             else _reshaped(stacked[member_slot], stacked_shapes[k])
             for k, member_slot in enumerate(slots)
         ]
-    if facts is not None:
-        out_value = facts[2]
-    else:
-        outs = [op.results[0]._value for op in active]
-        out_value = None if any(v is None for v in outs) else gather(outs, rows, xp)
-    dtype = first.results[0].dtype
-    out = _reshaped(Variable._make(out_value, (n,) + out_shape, dtype, True), stacked_out)
     gout_value = gout_value.reshape(stacked_out)
-    gout = Variable._make(gout_value, stacked_out, gout_value.dtype, False)
-    group = _Group(defn, shaped, (out,), attrs)
-    grads = defn.grad_maker(GradContext(group, [gout]))
+    differentiate = getattr(rule, "differentiate", None)
+    if differentiate is not None:  # (the rule runs the group's gradient itself: a call's)
+        grads = differentiate(xp, attrs, shaped, gout_value)
+    else:
+        if facts is not None:
+            out_value = facts[2]
+        else:
+            outs = [op.results[0]._value for op in active]
+            out_value = None if any(v is None for v in outs) else gather(outs, rows, xp)
+        dtype = first.results[0].dtype
+        out = _reshaped(Variable._make(out_value, (n,) + out_shape, dtype, True), stacked_out)
+        gout = Variable._make(gout_value, stacked_out, gout_value.dtype, False)
+        group = _Group(defn, shaped, (out,), attrs)
+        grads = defn.grad_maker(GradContext(group, [gout]))
     shares, stacked_grads = [], []  # (checked first: nothing is added where one does not fit)
     if listed:
         for slot, g in enumerate(grads[0] if grads[0] is not None else ()):

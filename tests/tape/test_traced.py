@@ -221,6 +221,59 @@ def test_calls_group_by_program_and_which_parameters_they_are_passed():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step():
+    """On numpy a vectorised plan runs as one generated function, most rules' steps inline
+    (reshapes, reductions, slices, concatenations, sums, products with a shared weight, the
+    slices' gradient); it gives the interpreter's bits, forward and gradient."""
+    import importlib
+
+    call = importlib.import_module("ops.call")
+    rng = np.random.default_rng(3)
+    w = tape.Variable(rng.standard_normal((6, 8)), requires_grad=True)
+    v = tape.Variable(rng.standard_normal((4, 3)), requires_grad=True)
+
+    def f(a, b):
+        z = ops.matmul(ops.concat([a, b], axis=0), w)  # (per-member rows, shared weight)
+        gates = ops.sigmoid(z[:4]) * ops.tanh(z[4:])
+        m = ops.reshape(gates, shape=(2, 2)).sum(axis=1) + ops.matmul(v, b).sum()
+        row = ops.reshape(a, shape=(1, 3))
+        return m, ops.reshape(ops.matmul(row, v, transpose_y=True), shape=(4,))
+
+    traced = tape.traced(f)
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        args = [[tape.Variable(rng.standard_normal(3)) * 1.0 for _ in range(2)] for _ in range(5)]
+        outs = [traced(a, b) for a, b in args]
+        tape.backward(ops.stack([m.sum() + e.sum() for m, e in outs]).sum())
+    (program,) = traced.programs.values()
+    (forward,) = program._vectorised.values()
+    plans = [forward] + [g.inner for g in forward._grads.values()]
+    assert len(plans) == 2
+    kinds = {step.defn.type for plan in plans for step, how, *_ in plan.plan if how == "rule"}
+    assert {"matmul", "concat", "reshape", "reduce_sum", "slices_grad", "sum"} <= kinds, kinds
+    n = 5
+    for plan in plans:
+        values = []
+        for (shape, dtype), per in zip(plan.program.in_descs, plan.each, strict=True):
+            value = rng.standard_normal((n, *shape) if per else shape).astype(dtype)
+            values.append(value)
+        env = plan.program._env(np, values)
+        for step, how, rule, flags in plan.plan:
+            step.store(env, call._step_runner(np, step, how, rule, flags, env, n))
+        want = [env[r] for r in plan.program.outputs]
+        run = call._straight_line(plan)
+        got, _ = run(values, n, None)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        inline = {"matmul", "concat", "reshape", "sum", "reduce_sum", "slices_grad", "slice"}
+        helped = [
+            step.defn.type
+            for i, (step, how, *_) in enumerate(plan.plan)
+            if f"s{i}" in run.__globals__ and how == "rule" and step.defn.type in inline
+        ]
+        assert not helped, helped
+
+
 def test_autobatch_auto_always_batches_traced_calls():
     """A call run alone interprets its program: the default never measures that way."""
     p = _tree_params()
