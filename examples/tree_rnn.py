@@ -15,8 +15,8 @@ depend on each other (every leaf's embedding, the compositions at one depth, and
 gradients) run as one batched call (DyNet's on-the-fly batching). The leaf and the composition
 are ``tape.traced`` functions, so each call is one recorded op, not the five of its layers: the
 recording, which costs more than the arithmetic on vectors this small, shrinks with them.
-It first times a few steps each way and prints both speeds (measured here: lazy 1.5x faster
-than eager at 16 trees per step; the 64-tree ``tree_rnn`` benchmark: 2.6x).
+It first times a few steps each way and prints both speeds (measured here: lazy 2.1-2.4x
+faster than eager at 16 trees per step; the 64-tree ``tree_rnn`` benchmark: ~4x).
 
 Run (about 50 s on 2 cores):
     pip install -e ".[examples]" && python examples/tree_rnn.py
