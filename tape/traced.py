@@ -137,7 +137,10 @@ def _signature(fn, args, tape):
     key, inputs = [], []
     for k, arg in enumerate(args):
         if arg.__class__ is not Variable and _is_array(arg):
-            arg = Variable(arg)
+            if arg.__class__ is np.ndarray and arg.dtype.kind in "biufc":  # (Variable(arg)'s
+                arg = Variable._make(arg.copy(), arg.shape, arg.dtype, False)  # copy, checked)
+            else:
+                arg = Variable(arg)
         if arg.__class__ is Variable or isinstance(arg, Variable):
             piece = arg._piece
             if piece is None or tape is None or piece[0]._pending is not tape:
