@@ -791,7 +791,8 @@ class _Call(batching.Rule):
     def run_saving(xp, attrs, inputs, op):
         """``run``, and what the group's batched backward reads from it: (the input mask
         its first member ``op`` differentiates, the values the gradient for it would compute
-        again; ``Vectorised.saving``), or None where no input needs a gradient."""
+        again (``Vectorised.saving``), the inputs that gradient reads: the caller keeps those
+        operands as it gathered them), or None where no input needs a gradient."""
         each = tuple(per for per, _ in inputs)
         vectorised, values = attrs["fn"].vectorised(each), [value for _, value in inputs]
         mask = tuple(j for j, x in enumerate(op.args[0]) if x.requires_grad)
@@ -799,13 +800,14 @@ class _Call(batching.Rule):
         if not keep:
             return vectorised.run(xp, values), None
         out, kept = vectorised.run(xp, values, keep)
-        return out, (mask, kept)
+        reads = frozenset(range(len(values))) - vectorised.grad(mask).inner.saved_plan()[3]
+        return out, (mask, kept, reads)
 
     @staticmethod
     def with_saved(attrs, saved):
         """The attributes of a group's call (``as_op``'s) whose gradient reads what its
         forward kept (``run_saving``)."""
-        mask, values = saved
+        mask, values, _ = saved
         return {**attrs, "fn": _WithSaved(attrs["fn"], mask, values)}
 
     @staticmethod

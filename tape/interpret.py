@@ -662,8 +662,14 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=
         append(id(result))
     if getattr(rule, "parts", False):  # (views of each member's row: a traced call's results)
         rule.fill_parts([ops[position] for position in members], out)
-    # (a copy gathered is not kept: it would hold memory no Variable holds)
-    return ids, [value if value.base is not None else None for _, value in inputs], out, saved
+    # (a copy gathered is not kept: it would hold memory no Variable holds; but where the
+    # rule kept what its gradient reads, the copies that gradient reads are kept too)
+    reads = saved[2] if saved is not None else ()
+    operands = [
+        value if value.base is not None or slot in reads else None
+        for slot, (_, value) in enumerate(inputs)
+    ]
+    return ids, operands, out, saved
 
 
 def _general(op, kernel, attrs, xp, staged, is_numpy):

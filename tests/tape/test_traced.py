@@ -5,6 +5,7 @@ what a trace cannot capture is refused at the user's line.
 """
 
 import gc
+import importlib
 import weakref
 
 import numpy as np
@@ -225,8 +226,6 @@ def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step()
     """On numpy a vectorised plan runs as one generated function, most rules' steps inline
     (reshapes, reductions, slices, concatenations, sums, products with a shared weight, the
     slices' gradient); it gives the interpreter's bits, forward and gradient."""
-    import importlib
-
     call = importlib.import_module("ops.call")
     rng = np.random.default_rng(3)
     w = tape.Variable(rng.standard_normal((6, 8)), requires_grad=True)
@@ -374,8 +373,6 @@ def test_results_read_by_other_ops_get_their_gradients_in_a_batched_backward():
 def _gradient_runs(monkeypatch):
     """Counts the batched gradient runs of traced calls, by whether they read their forward's
     values (``saved``) or computed them again."""
-    import importlib
-
     call = importlib.import_module("ops.call")
     runs = {"saved": 0, "recomputed": 0}
     original = call.SummedGrad.run
@@ -396,8 +393,27 @@ def test_a_batched_backward_reads_the_values_its_forward_computed(monkeypatch):
     leaf, node = tape.traced(leaf), tape.traced(node)
     trees = _trees(3, count=8)
     call, runs = _gradient_runs(monkeypatch)
+    batched_backward = importlib.import_module("tape.batched_backward")
+    regathered, inside = [], []  # (the operands a call group's backward stacks again)
+
+    def as_one(active, *args):
+        inside.append(active[0].defn.type == "call")
+        try:
+            return as_one.original(active, *args)
+        finally:
+            inside.pop()
+
+    def gather(values, rows, xp):
+        if inside and inside[-1]:
+            regathered.append(len(values))
+        return gather.original(values, rows, xp)
+
+    as_one.original, gather.original = batched_backward._as_one, batched_backward.gather
+    monkeypatch.setattr(batched_backward, "_as_one", as_one)
+    monkeypatch.setattr(batched_backward, "gather", gather)
     got = _forest_step(p, leaf, node, trees, {"autobatch": True})
     assert runs["saved"] >= 2 and runs["recomputed"] == 0, runs
+    assert regathered == []  # (what the gradients read, the forward kept: values or operands)
     (program,) = node.programs.values()
     (vectorised,) = program._vectorised.values()
     (gradient,) = vectorised._grads.values()
