@@ -498,6 +498,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic,
         free_at = [()] * len(groups)
     is_numpy, rows = xp is np, {}
     release, freed = snapshot.release, weakref.ref(tape)
+    unread = None if plan.parts_read else freed  # (parts no op reads: views only where held)
     ran = [None] * len(groups)  # per batched group: what its backward reads (see below)
     kept = [] if getattr(tape, "_with_backward", None) else None  # groups with facts
     torn = set()  # ids of batched results (and their bases) some rows of which were freed
@@ -506,7 +507,7 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic,
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
             facts = _batched_step(
-                members, rule, steps, ops, xp, staged, rows, is_numpy, kept is not None
+                members, rule, steps, ops, xp, staged, rows, is_numpy, kept is not None, unread
             )
             if kept is not None and facts is not None:
                 ran[number] = facts
@@ -606,13 +607,14 @@ def _located_step(step, op, xp, staged, is_numpy):
         _raise_located(op, err)
 
 
-def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=False):
+def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=False, unread=None):
     """One group as one call: gather, run the op's batch rule, scatter. If the batched call
     fails, the members run one by one, so the error names the member that fails. Returns the
     ids of the members' outputs, the inputs as the rule got them, the result and what the
     rule kept for the group's gradient (``saving``: a batched backward follows; a rule that
     ``saves``, a traced call's, keeps the values its gradient would compute again), None where
-    the members ran one by one."""
+    the members ran one by one. ``unread``: no op of the run reads a traced call's part (the
+    freed mark for the parts nobody holds: ``CALL.fill_parts``)."""
     first = ops[members[0]]
     try:
         inputs = []
@@ -661,7 +663,7 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=
         result._value, result._pending = part, None
         append(id(result))
     if getattr(rule, "parts", False):  # (views of each member's row: a traced call's results)
-        rule.fill_parts([ops[position] for position in members], out)
+        rule.fill_parts([ops[position] for position in members], out, unread)
     # (a copy gathered is not kept: it would hold memory no Variable holds; but where the
     # rule kept what its gradient reads, the copies that gradient reads are kept too)
     reads = saved[2] if saved is not None else ()
