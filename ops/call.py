@@ -666,16 +666,22 @@ def _direct(step, rule, flags):
     """The attributes with which ``step``'s own kernel computes the whole group from its
     operands as they are (stacked or shared), or None where the rule must reshape them: an
     elementwise op whose per-member operands have the result's rank (the member axes line up)
-    and whose shared ones no higher (they broadcast); a ``slice`` of per-member operands, its
-    axes moved past the member axis."""
+    and whose shared ones no higher (they broadcast), the seed's ``axis`` dropped where every
+    operand has that rank; a ``slice`` of per-member operands, its axes moved past the member
+    axis."""
     defn = step.defn
     if not defn.fast:
         return None
     if rule is batching.SLICE:
         return rule._moved(step.attrs) if all(flags) else None
-    if rule is not batching.ELEMENTWISE or step.attrs.get("axis", -1) != -1:
+    if rule is not batching.ELEMENTWISE:
         return None
     rank = len(step.out_shapes[0])
+    if step.attrs.get("axis", -1) != -1:
+        # (the seed's axis matters only between inputs of different ranks: a Linear's bias)
+        if any(len(shape) != rank for shape in step.in_shapes):
+            return None
+        return {**step.attrs, "axis": -1}
     fits = all(
         len(shape) == rank if per else len(shape) <= rank
         for shape, per in zip(step.in_shapes, flags)

@@ -270,11 +270,13 @@ def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step()
     rng = np.random.default_rng(3)
     w = tape.Variable(rng.standard_normal((6, 8)), requires_grad=True)
     v = tape.Variable(rng.standard_normal((4, 3)), requires_grad=True)
+    bias = tape.Variable(rng.standard_normal(2), requires_grad=True)
 
     def f(a, b):
         z = ops.matmul(ops.concat([a, b], axis=0), w)  # (per-member rows, shared weight)
         gates = ops.sigmoid(z[:4]) * ops.tanh(z[4:])
         m = ops.reshape(gates, shape=(2, 2)).sum(axis=1) + ops.matmul(v, b).sum()
+        m = ops.elementwise_add(m, bias, axis=0)  # (a Linear's bias: the seed's axis)
         row = ops.reshape(a, shape=(1, 3))
         return m, ops.reshape(ops.matmul(row, v, transpose_y=True), shape=(4,))
 
@@ -290,6 +292,12 @@ def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step()
     assert len(plans) == 2
     kinds = {step.defn.type for plan in plans for step, how, *_ in plan.plan if how == "rule"}
     assert {"matmul", "concat", "reshape", "reduce_sum", "slices_grad", "sum"} <= kinds, kinds
+    biased = [
+        how
+        for step, how, *_ in forward.plan
+        if step.defn.type == "elementwise_add" and step.attrs["axis"] == 0
+    ]
+    assert biased == ["direct"]  # (ranks equal: the axis means nothing, numpy broadcasting)
     n = 5
     for plan in plans:
         values = []
