@@ -524,8 +524,19 @@ def _straight_line(vectorised, keep=(), skip=frozenset(), given=()):
             lines.append(f"    v{step.outs[0]} = k{index}(np, a{index}{args})")
             continue
         line = _inline_rule(index, step, rule, flags, names) if how == "rule" else None
+        if how == "summed" and step.defn.type in ("outer", "matmul"):
+            line = _inline_summed(step)  # (x^T y over the members' rows joined)
         if line is not None:
             lines.append(f"    v{step.outs[0]} = {line}")
+            continue
+        if how == "split":  # (one split past the member axis, its attributes moved once)
+            attrs = step.attrs
+            names[f"k{index}"] = step.defn.kernel
+            names[f"a{index}"] = (
+                {**attrs, "axis": attrs["axis"] + 1} if attrs["axis"] >= 0 else attrs
+            )
+            pieces = "".join(f"v{i}, " for i in step.outs[0])
+            lines.append(f"    {pieces}= k{index}(np, a{index}, v{step.args[0]})[0]")
             continue
         names[f"s{index}"] = functools.partial(_step_runner, np, step, how, rule, flags)
         env = "{" + ", ".join(f"{r}: v{r}" for r in dict.fromkeys(refs)) + "}"
@@ -584,6 +595,15 @@ def _inline_rule(index, step, rule, flags, names):
             names[attrs] = step.attrs
             return f"{kernel}(np, {attrs}, v{x}, v{y})"
     return None
+
+
+def _inline_summed(step):
+    """``_summed_product`` of an ``outer`` or ``matmul`` step as an expression."""
+    x, y = step.args
+    if step.defn.type == "outer":
+        return f"v{x}.T @ v{y}"
+    rows = f"v{x}.reshape(-1, {step.in_shapes[0][-1]}).T"
+    return f"{rows} @ v{y}.reshape(-1, {step.in_shapes[1][-1]})"
 
 
 def _step_runner(xp, step, how, rule, flags, env, n):

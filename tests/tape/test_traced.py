@@ -292,6 +292,8 @@ def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step()
     assert len(plans) == 2
     kinds = {step.defn.type for plan in plans for step, how, *_ in plan.plan if how == "rule"}
     assert {"matmul", "concat", "reshape", "reduce_sum", "slices_grad", "sum"} <= kinds, kinds
+    hows = {how for plan in plans for _, how, *_ in plan.plan}
+    assert {"summed", "split"} <= hows, hows
     biased = [
         how
         for step, how, *_ in forward.plan
@@ -314,9 +316,10 @@ def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step()
             np.testing.assert_array_equal(a, b)
         inline = {"matmul", "concat", "reshape", "sum", "reduce_sum", "slices_grad", "slice"}
         helped = [
-            step.defn.type
+            (step.defn.type, how)
             for i, (step, how, *_) in enumerate(plan.plan)
-            if f"s{i}" in run.__globals__ and how == "rule" and step.defn.type in inline
+            if f"s{i}" in run.__globals__
+            and (how in ("split", "summed") or how == "rule" and step.defn.type in inline)
         ]
         assert not helped, helped
 
