@@ -270,10 +270,12 @@ class Vectorised:
     def parts(self, packed, lead=()):
         return []
 
-    def run_results(self, xp, values, keep=(), saved=None):
+    def run_results(self, xp, values, keep=(), saved=None, stacked=True):
         """The member count, each result stacked over the members, and the values numbered
         ``keep`` as the plan computed them (for the gradient's ``saved``). ``saved``: the
-        values ``saved_plan`` names, from the forward: the steps computing them are skipped."""
+        values ``saved_plan`` names, from the forward: the steps computing them are skipped.
+        ``stacked=False``: a result the members share stays as it is (``out_per`` says
+        which), not broadcast over them."""
         program = self.program
         n = self.count(values)
         skip, given = self.saved_plan()[:2] if saved is not None else (frozenset(), ())
@@ -287,7 +289,7 @@ class Vectorised:
             except Exception:  # (the interpreter below fails again, naming the step)
                 pass
             else:
-                return n, self._stacked(np, results, n), kept
+                return n, self._stacked(np, results, n) if stacked else results, kept
         env = program._env(xp, values)
         for ref, value in zip(given, saved or ()):
             env[ref] = value
@@ -301,7 +303,9 @@ class Vectorised:
             except Exception as err:
                 raise step.failed(self.name, err) from err
             step.store(env, results)
-        results = self._stacked(xp, [env[ref] for ref in program.outputs], n)
+        results = [env[ref] for ref in program.outputs]
+        if stacked:
+            results = self._stacked(xp, results, n)
         return n, results, [env[ref] for ref in keep]
 
     def saved_plan(self):
@@ -417,15 +421,15 @@ class SummedGrad:
         return _BoundGrad(self, saved)
 
     def run(self, xp, values, saved=None):
-        n, results, _ = self.inner.run_results(xp, values, saved=saved)
+        n, results, _ = self.inner.run_results(xp, values, saved=saved, stacked=False)
         pieces = [
             r
             if per
             else r.sum(axis=0)
             if kind == "per"
-            else r[0]
+            else r
             if kind == "total"
-            else r[0] * n  # (the same for every member)
+            else r * n  # (the same for every member)
             for r, per, kind in zip(results, self.per, self.inner.out_kinds)
         ]
         if len(pieces) == 1:
