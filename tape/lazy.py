@@ -59,6 +59,14 @@ class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = "auto", False, None, False
         self.compile, self.autobatch = None, "auto"
+        self.inline_calls = False  # (_settled: tape.traced's question, asked every call)
+
+
+def _settled():
+    """Notes what the options just set imply for ``tape.traced`` (whether its calls record
+    the function's ops inline: ``exact``, or options that compile every structure), asked
+    once per call, where the options are read once per block."""
+    options.inline_calls = options.exact or not interprets_new_structures()
 
 
 options = _Options()
@@ -164,6 +172,7 @@ class lazy:
             options.compile,
             options.autobatch,
         ) = self.settings
+        _settled()
         instrument.attach(check=self.check_finite)
         # (the ``with`` line and its options: its steps' speculation is its own)
         caller = sys._getframe(1)
@@ -194,6 +203,7 @@ class lazy:
                 options.compile,
                 options.autobatch,
             ) = settings
+            _settled()
             instrument.detach(check=self.check_finite)
             eager_speculation.leave(self.outer_block)
             collector.step_ended()

@@ -120,8 +120,7 @@ def _inline():
     (threads, validate, debug, ``compile=True``): a compiled plan autobatches ops, not calls,
     and a recorded backward would differentiate each call alone (a parameter's gradient per
     member)."""
-    lazy = _lazy_module()
-    return lazy.options.exact or not lazy.interprets_new_structures()
+    return _lazy_module().options.inline_calls
 
 
 def _is_array(value):

@@ -126,6 +126,21 @@ def test_with_exact_a_traced_function_records_its_ops_inline():
     assert not outer.programs and not inner.programs
 
 
+def test_an_inner_block_with_exact_records_inline_and_the_outer_block_calls_again():
+    w = tape.Variable(np.ones((2, 2)), requires_grad=True)
+    f = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)))
+    x = tape.Variable(np.ones((1, 2)))
+    tape.reset_global_tape()
+    with tape.lazy():
+        with tape.lazy(exact=True):
+            f(x).numpy()
+            inner = [op.type for op in tape.get_global_tape().ops]
+        f(x).sum().numpy()
+        outer = [op.type for op in tape.get_global_tape().ops]
+    assert "call" not in inner and "matmul" in inner
+    assert outer.count("call") == 1
+
+
 def test_eagerly_a_traced_function_is_the_function():
     p = _tree_params()
     leaf, _ = _tree_model(p)
