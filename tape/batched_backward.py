@@ -62,7 +62,6 @@ def gradients(tape, loss, run, seed):
     ops, groups, rules, rows, ran, parts_read = run
     # (a part gets a gradient of its own only where an op read it, or it is the loss)
     parts_read = parts_read or loss._piece is not None
-    in_run = {id(op) for op in ops}
     ran = ran or [None] * len(groups)
     units = [
         (tuple(ops[p] for p in group), rule, facts)
@@ -70,7 +69,10 @@ def gradients(tape, loss, run, seed):
     ]
     units.reverse()
     flows = _Flows(units)
-    units += [((op,), None, None) for op in reversed(tape._ops) if op and id(op) not in in_run]
+    taped = tape._ops
+    if len(taped) - taped.count(None) != len(ops):  # (ops recorded before the run: after it)
+        in_run = {id(op) for op in ops}
+        units += [((op,), None, None) for op in reversed(taped) if op and id(op) not in in_run]
     pending = {id(loss): [loss, seed]}
     reached, counts = [], {}  # (op type -> [groups differentiated as one, their members])
     try:
