@@ -421,8 +421,15 @@ class SummedGrad:
         return _BoundGrad(self, saved)
 
     def run(self, xp, values, saved=None):
+        pieces = self.pieces(xp, values, saved)
+        if len(pieces) == 1:
+            return xp.array(pieces[0], copy=True)
+        return xp.concatenate([p.reshape(-1) for p in pieces])
+
+    def pieces(self, xp, values, saved=None):
+        """The input gradients, each as its own array (``run`` packs them: an op's output)."""
         n, results, _ = self.inner.run_results(xp, values, saved=saved, stacked=False)
-        pieces = [
+        return [
             r
             if per
             else r.sum(axis=0)
@@ -432,9 +439,6 @@ class SummedGrad:
             else r * n  # (the same for every member)
             for r, per, kind in zip(results, self.per, self.inner.out_kinds)
         ]
-        if len(pieces) == 1:
-            return xp.array(pieces[0], copy=True)
-        return xp.concatenate([p.reshape(-1) for p in pieces])
 
     def grad(self, mask, differentiable=False):
         raise GraphError("call", f"the gradient of '{self.name}' is not differentiable again")
@@ -458,6 +462,9 @@ class _BoundGrad:
 
     def run(self, xp, values):
         return self.summed.run(xp, values, self.saved)
+
+    def pieces(self, xp, values):
+        return self.summed.pieces(xp, values, self.saved)
 
     def grad(self, mask, differentiable=False):
         return self.summed.grad(mask, differentiable)
@@ -868,8 +875,7 @@ class _Call(batching.Rule):
         if not mask:
             return (grads,)
         program = attrs["fn"].grad(mask)
-        packed = program.run(xp, [x._value for x in xs] + [gout])
-        for j, grad in zip(mask, program.parts(packed) or [packed]):
+        for j, grad in zip(mask, program.pieces(xp, [x._value for x in xs] + [gout])):
             grads[j] = Variable._make(grad, grad.shape, grad.dtype, False)
         return (grads,)
 
