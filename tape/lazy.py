@@ -59,13 +59,13 @@ class _Options(threading.local):
     def __init__(self):
         self.threads, self.validate, self.debug, self.exact = "auto", False, None, False
         self.compile, self.autobatch = None, "auto"
-        self.inline_calls = False  # (_settled: tape.traced's question, asked every call)
+        self.inline_calls = False  # (_settled: what tape.traced asks at every call)
 
 
 def _settled():
-    """Notes what the options just set imply for ``tape.traced`` (whether its calls record
-    the function's ops inline: ``exact``, or options that compile every structure), asked
-    once per call, where the options are read once per block."""
+    """Notes, as a block's options are set, what they imply for ``tape.traced``: whether its
+    calls record the function's ops inline (``exact``, or options that compile every
+    structure). A traced call asks at every call; the options change once per block."""
     options.inline_calls = options.exact or not interprets_new_structures()
 
 
