@@ -42,7 +42,7 @@ from ops.registry import Attr, register
 from ops.select import slice as _SLICE
 from ops.shape import concat as _CONCAT
 from ops.shape import reshape as _RESHAPE
-from tape.errors import ExecutionError, FluidError, GraphError, InputError, ShapeError
+from tape.errors import ExecutionError, FluidError, InputError, ShapeError
 from tape.tape import apply, apply_inferred, run_kernel, state
 from tape.variable import Variable
 
@@ -71,6 +71,16 @@ class Step:
             else:
                 for i, r in zip(ref, result):
                     env[i] = r
+
+    def located(self, name, run, *args):
+        """``run(*args)``: this step's results, a kernel's failure reported as this step's in
+        traced function ``name`` (``failed``)."""
+        try:
+            return run(*args)
+        except FluidError:
+            raise
+        except Exception as err:
+            raise self.failed(name, err) from err
 
     def failed(self, name, err):
         return ExecutionError(
@@ -151,13 +161,9 @@ class Program:
         """The results of one call, packed (``out_shape``)."""
         env = self._env(xp, values)
         for step in self.steps:
-            try:
-                results = run_kernel(step.defn, step.attrs, step.values(env))
-            except FluidError:
-                raise
-            except Exception as err:
-                raise step.failed(self.name, err) from err
-            step.store(env, results)
+            step.store(
+                env, step.located(self.name, run_kernel, step.defn, step.attrs, step.values(env))
+            )
         results = [env[r] for r in self.outputs]
         if len(results) == 1:
             (out,) = results
@@ -255,21 +261,6 @@ class Vectorised:
                 return x.shape[0] if x.shape else None
         return None
 
-    def infer(self, xs):
-        program = self.program
-        n = self.count(xs)
-        if len(xs) != len(self.each) or n is None:
-            raise InputError(None, f"a group of calls of '{self.name}' has no member axis")
-        wants = [
-            ((n, *shape) if per else shape, dtype)
-            for per, (shape, dtype) in zip(self.each, program.in_descs)
-        ]
-        _check_inputs(xs, wants, f"a group of calls of '{self.name}'")
-        return ((n, *program.out_shape), program.dtype), []
-
-    def parts(self, packed, lead=()):
-        return []
-
     def run_results(self, xp, values, keep=(), saved=None, stacked=True):
         """The member count, each result stacked over the members, and the values numbered
         ``keep`` as the plan computed them (for the gradient's ``saved``). ``saved``: the
@@ -296,12 +287,7 @@ class Vectorised:
         for index, (step, how, rule, flags) in enumerate(self.plan):
             if index in skip:
                 continue
-            try:
-                results = _step_runner(xp, step, how, rule, flags, env, n)
-            except FluidError:
-                raise
-            except Exception as err:
-                raise step.failed(self.name, err) from err
+            results = step.located(self.name, _step_runner, xp, step, how, rule, flags, env, n)
             step.store(env, results)
         results = [env[ref] for ref in program.outputs]
         if stacked:
@@ -312,7 +298,7 @@ class Vectorised:
         """For a gradient program's plan: (the indices of the steps that recompute its
         forward's values, the numbers of those values the other steps and the results read,
         the forward's numbers of them, the inputs nothing else reads). A batched backward
-        takes those values from its forward run (``saving``) and skips the steps: the
+        takes those values from its forward run (``CALL.run_saving``) and skips the steps: the
         gradient of a Tree-LSTM node replays the node's ~25 ops before its own ~25; and it
         does not gather the inputs nothing else reads. A step whose result is the members' total
         (``summed``) is not skipped (the forward computed the members' values)."""
@@ -339,12 +325,6 @@ class Vectorised:
             self._saved_plan = (skip, given, tuple(recomputed[ref] for ref in given), unread)
         return self._saved_plan
 
-    def saving(self, mask):
-        """The numbers of this (forward) plan's values that its gradient for the inputs in
-        ``mask`` reads from it (``saved_plan``): what a forward run before a batched backward
-        keeps (``CALL.run_saving``)."""
-        return self.grad(mask).inner.saved_plan()[2]
-
     def _stacked(self, xp, results, n):
         """The results, one the members share broadcast over them."""
         return [
@@ -361,13 +341,10 @@ class Vectorised:
             out = xp.concatenate([r.reshape(n, -1) for r in results], axis=1)
         return (out, kept) if keep else out
 
-    def grad(self, mask, differentiable=False):
-        if differentiable:
-            raise GraphError(
-                "call",
-                f"the gradient of a batched call of '{self.name}' is not differentiable",
-                hint="run with tape.lazy(autobatch=False) to differentiate twice",
-            )
+    def grad(self, mask):
+        """The gradient of this plan for the inputs in ``mask``, run over the members
+        (``CALL.differentiate``; a batched backward is never recorded, so never
+        differentiated again)."""
         mask = tuple(mask)
         found = self._grads.get(mask)
         if found is None:
@@ -390,44 +367,13 @@ class SummedGrad:
     def __repr__(self):
         return f"<gradient of {self.name} over members, summed where shared>"
 
-    def _shapes(self, n):
-        return [(n, *shape) if per else shape for (shape, _), per in zip(self.descs, self.per)]
-
-    def infer(self, xs):
-        ((_, dtype), _) = self.inner.infer(xs)
-        shapes = self._shapes(self.inner.count(xs))
-        if len(shapes) == 1:
-            return (shapes[0], dtype), []
-        return ((sum(math.prod(s) for s in shapes),), dtype), [(s, dtype) for s in shapes]
-
-    def parts(self, packed, lead=()):
-        """Each input's gradient, a view of the flat ``packed`` (the member count read from its
-        size: per-member gradients take ``n`` times their member's size)."""
-        if len(self.descs) == 1:
-            return []
-        sizes = [math.prod(shape) for shape, _ in self.descs]
-        shared = sum(size for size, per in zip(sizes, self.per) if not per)
-        n = (packed.size - shared) // max(1, sum(s for s, per in zip(sizes, self.per) if per))
-        parts, offset = [], 0
-        for shape in self._shapes(n):
-            size = math.prod(shape)
-            parts.append(packed[offset : offset + size].reshape(shape))
-            offset += size
-        return parts
-
     def bound(self, saved):
-        """This gradient reading the values its forward run kept (``Vectorised.saving``)
+        """This gradient reading the values its forward run kept (``CALL.run_saving``)
         instead of computing them again."""
         return _BoundGrad(self, saved)
 
-    def run(self, xp, values, saved=None):
-        pieces = self.pieces(xp, values, saved)
-        if len(pieces) == 1:
-            return xp.array(pieces[0], copy=True)
-        return xp.concatenate([p.reshape(-1) for p in pieces])
-
     def pieces(self, xp, values, saved=None):
-        """The input gradients, each as its own array (``run`` packs them: an op's output)."""
+        """The input gradients, each as its own array."""
         n, results, _ = self.inner.run_results(xp, values, saved=saved, stacked=False)
         return [
             r
@@ -440,13 +386,10 @@ class SummedGrad:
             for r, per, kind in zip(results, self.per, self.inner.out_kinds)
         ]
 
-    def grad(self, mask, differentiable=False):
-        raise GraphError("call", f"the gradient of '{self.name}' is not differentiable again")
-
 
 class _BoundGrad:
-    """A group's ``SummedGrad`` with the values its forward kept: what the batched backward's
-    one call of it runs (``CALL.with_saved``)."""
+    """A group's ``SummedGrad`` with the values its forward kept: what the batched backward
+    runs for it (``CALL.with_saved``)."""
 
     def __init__(self, summed, saved):
         self.summed, self.saved, self.name = summed, saved, summed.name
@@ -454,20 +397,8 @@ class _BoundGrad:
     def __repr__(self):
         return f"<gradient of {self.name} over members, reading its forward's values>"
 
-    def infer(self, xs):
-        return self.summed.infer(xs)
-
-    def parts(self, packed, lead=()):
-        return self.summed.parts(packed, lead)
-
-    def run(self, xp, values):
-        return self.summed.run(xp, values, self.saved)
-
     def pieces(self, xp, values):
         return self.summed.pieces(xp, values, self.saved)
-
-    def grad(self, mask, differentiable=False):
-        return self.summed.grad(mask, differentiable)
 
 
 class _WithSaved:
@@ -481,17 +412,8 @@ class _WithSaved:
     def __repr__(self):
         return repr(self.vectorised)
 
-    def infer(self, xs):
-        return self.vectorised.infer(xs)
-
-    def parts(self, packed, lead=()):
-        return self.vectorised.parts(packed, lead)
-
-    def run(self, xp, values):
-        return self.vectorised.run(xp, values)
-
-    def grad(self, mask, differentiable=False):
-        found = self.vectorised.grad(mask, differentiable)
+    def grad(self, mask):
+        found = self.vectorised.grad(mask)
         return found.bound(self.saved) if tuple(mask) == self.mask else found
 
     def unread(self, mask):
@@ -844,17 +766,16 @@ class _Call(batching.Rule):
     def run_saving(xp, attrs, inputs, op):
         """``run``, and what the group's batched backward reads from it: (the input mask
         its first member ``op`` differentiates, the values the gradient for it would compute
-        again (``Vectorised.saving``), the inputs that gradient reads: the caller keeps those
-        operands as it gathered them), or None where no input needs a gradient."""
+        again (``Vectorised.saved_plan``), the inputs that gradient reads: the caller keeps
+        those operands as it gathered them), or None where no input needs a gradient."""
         each = tuple(per for per, _ in inputs)
         vectorised, values = attrs["fn"].vectorised(each), [value for _, value in inputs]
         mask = tuple(j for j, x in enumerate(op.args[0]) if x.requires_grad)
-        keep = vectorised.saving(mask) if mask else ()
+        keep, unread = vectorised.grad(mask).inner.saved_plan()[2:] if mask else ((), ())
         if not keep:
             return vectorised.run(xp, values), None
         out, kept = vectorised.run(xp, values, keep)
-        reads = frozenset(range(len(values))) - vectorised.grad(mask).inner.saved_plan()[3]
-        return out, (mask, kept, reads)
+        return out, (mask, kept, frozenset(range(len(values))) - unread)
 
     @staticmethod
     def with_saved(attrs, saved):
