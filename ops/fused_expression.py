@@ -80,6 +80,15 @@ class Expression:
         return hash((self.inputs, self.shape, self.steps, self.outputs, self.reductions))
 
     @functools.cached_property
+    def structure(self):
+        """What the kernel computes: this expression with its steps' origins cleared (each
+        step's op type kept), so groups of equal structure -- a loop body fused at every
+        iteration -- share one compiled kernel; ``ops.fused`` locates a shared kernel's errors
+        with each group's own origins."""
+        steps = tuple(Step(s.op, s.attrs, s.args, (s.op, None, None)) for s in self.steps)
+        return self if steps == self.steps else dataclasses.replace(self, steps=steps)
+
+    @functools.cached_property
     def step_shapes(self):
         """The broadcast shape of each step's value (it may be smaller than ``shape``)."""
         shapes = []

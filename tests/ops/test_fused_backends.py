@@ -74,13 +74,47 @@ def test_auto_moves_vectorising_expressions_to_numba_once_they_paid_for_it(
     assert tiny.backend == ("numba" if numba_loops.available() else "reference")
 
 
+def _shared(kernel):
+    """The compiled kernel a group's callable runs (``ops.fused._Located`` wraps it)."""
+    return kernel.run if isinstance(kernel, fused._Located) else kernel
+
+
 def test_equal_expressions_share_one_compiled_kernel(fresh_cache):
     one, two = chain_expression((4, 3), "float32"), chain_expression((4, 3), "float32")
     assert one is not two and one == two and hash(one) == hash(two)
-    automatic = fused.kernel_for(one, np)
-    assert fused.kernel_for(two, np) is automatic
+    automatic = _shared(fused.kernel_for(one, np))
+    assert _shared(fused.kernel_for(two, np)) is automatic
     with fused.backend("blocked"):
-        assert fused.kernel_for(two, np) is not automatic  # one entry per backend setting
+        assert _shared(fused.kernel_for(two, np)) is not automatic  # one per backend setting
+
+
+def _divide_group(origin):
+    """x / y + x, the division recorded at ``origin`` (a loop body fused at each iteration)."""
+    steps = (
+        Step("elementwise_div", _AXIS, (("in", 0), ("in", 1)), origin),
+        Step("elementwise_add", _AXIS, (("step", 0), ("in", 0)), ("add", "a", None)),
+    )
+    inputs = (((8, 4), "float32"), ((8, 4), "float32"))
+    return Expression(inputs, (8, 4), steps, (1,), (), ("float32",))
+
+
+@pytest.mark.parametrize("name", ["auto", "reference", "blocked"])
+def test_groups_of_one_structure_share_a_kernel_and_each_names_its_own_op(fresh_cache, name):
+    first = _divide_group(("elementwise_div", "div_3", "loop.py:7 in body"))
+    later = _divide_group(("elementwise_div", "div_40", "loop.py:9 in body"))
+    assert first != later and first.structure == later.structure
+    x, y = np.ones((8, 4), np.float32), np.full((8, 4), 2.0, np.float32)
+    with fused.backend(name):
+        one, two = fused.kernel_for(first, np), fused.kernel_for(later, np)
+        assert _shared(one) is _shared(two)
+        np.testing.assert_array_equal(two(x, y)[0], x / y + x)
+        y[3, 1] = 0.0
+        for kernel, op, line in ((one, "div_3", "loop.py:7"), (two, "div_40", "loop.py:9")):
+            with np.errstate(divide="raise"), pytest.raises(tape.ExecutionError) as info:
+                kernel(x, y)
+            assert f"({op})" in str(info.value) and f"recorded at: {line} in body" in str(
+                info.value
+            )
 
 
 def test_an_unknown_backend_is_refused():
@@ -178,3 +212,36 @@ def test_generated_kernels_give_arrays_never_numpy_scalars(fresh_cache, shape):
     assert [out.__class__ for out in outs] == [np.ndarray] * 3
     expected = np.tanh(inputs[0] * inputs[1] + inputs[1])
     np.testing.assert_array_equal(outs[2], expected)
+
+
+@pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
+def test_auto_compiles_a_recurring_expression_in_the_background_and_then_runs_it(
+    fresh_cache, monkeypatch
+):
+    monkeypatch.setattr(fused, "NUMBA_BACKGROUND_SECONDS", 0.0)
+    monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 1e9)  # (never on the calling thread)
+    monkeypatch.setattr(fused, "NUMBA_CACHED_SECONDS", 1e9)
+    monkeypatch.setattr(fused.background, "ENABLED", True)
+    expression = _arithmetic((64, 32))
+    inputs = _arrays(expression)
+    kernel = fused.kernel_for(expression, np)
+    adaptive = _shared(kernel)
+    expected = kernel(*inputs)
+    assert adaptive.job is not None and kernel.backend != "numba"  # (compiling meanwhile)
+    assert adaptive.job.wait(120)
+    result = kernel(*inputs)
+    assert kernel.backend == "numba" and adaptive.job is None
+    assert_same(result[0], expected[0], "numba against numpy")
+
+
+def test_a_background_job_reports_its_result_or_its_error():
+    assert fused.background.submit(lambda: 42).wait(10)
+    done = fused.background.submit(lambda: 6 * 7)
+    assert done.wait(10) and done.result == 42 and done.error is None
+
+    def fail():
+        raise RuntimeError("cannot compile")
+
+    failed = fused.background.submit(fail)
+    assert failed.wait(10) and failed.result is None
+    assert isinstance(failed.error, RuntimeError)
