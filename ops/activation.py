@@ -57,7 +57,7 @@ def relu_grad(xp, attrs, out, gout):
     out, gout = promote(out, gout)
     if gout.shape == out.shape and gout.nbytes >= buffers.MIN_BYTES:  # (no page faults)
         mask = buffers.empty(xp, out.shape, bool)
-        return intra_op.run(_relu_grad_steps, buffers.like(gout), xp, out, gout, mask)
+        return intra_op.run(_relu_grad_steps, buffers.like(gout), xp, out, gout, mask, passes=3)
     keep = out <= 0
     if not keep.shape:
         return gout * ~keep
@@ -99,7 +99,7 @@ def tanh_grad(xp, attrs, out, gout):
     """
     out, gout = promote(out, gout)
     if out.nbytes >= buffers.MIN_BYTES and gout.shape == out.shape:  # (no page faults)
-        return intra_op.run(_tanh_grad_steps, buffers.like(out), xp, out, gout)
+        return intra_op.run(_tanh_grad_steps, buffers.like(out), xp, out, gout, passes=3)
     square = out * out
     if not square.shape or gout.shape != square.shape:
         return gout * (1.0 - square)
@@ -136,7 +136,7 @@ def _sigmoid(xp, x):
     if limit is None:
         limit = _EXP_LIMITS[x.dtype] = math.floor(math.log(float(np.finfo(x.dtype).max)))
     if x.nbytes >= buffers.MIN_BYTES:  # (no page faults; threads for the largest)
-        return intra_op.run(_sigmoid_steps, buffers.like(x), xp, x, limit)
+        return intra_op.run(_sigmoid_steps, buffers.like(x), xp, x, limit, passes=5)
     t = xp.negative(x)
     if not t.shape:  # (a 0-d result may be a numpy scalar: no buffer to write into)
         return 1.0 / (1.0 + xp.exp(xp.minimum(t, limit)))
@@ -177,7 +177,7 @@ def sigmoid_grad(xp, attrs, out, gout):
     out, gout = promote(out, gout)
     if out.nbytes >= buffers.MIN_BYTES and gout.shape == out.shape:  # (no page faults)
         rest = buffers.like(out)
-        return intra_op.run(_sigmoid_grad_steps, buffers.like(out), xp, gout, out, rest)
+        return intra_op.run(_sigmoid_grad_steps, buffers.like(out), xp, gout, out, rest, passes=3)
     scaled = gout * out
     if not scaled.shape:
         return scaled * (1.0 - out)

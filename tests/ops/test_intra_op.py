@@ -23,7 +23,9 @@ def _kernel(op, *args, **attrs):
 
 
 def _unsplit(monkeypatch, fn):
+    """``fn()`` with every kernel one call: no threads, no blocks."""
     monkeypatch.setattr(intra_op, "MIN_ELEMENTS", 1 << 62)
+    monkeypatch.setattr(intra_op, "BLOCK_BYTES", 1 << 62)
     try:
         return fn()
     finally:
@@ -112,3 +114,24 @@ def test_every_chunk_runs_under_the_callers_numpy_error_state():
         _kernel("elementwise_mul", x, x)
     with np.errstate(over="ignore"):
         assert np.isinf(_kernel("elementwise_mul", x, x)[-1, -1])
+
+
+@pytest.mark.parametrize("shape", [(4096, 1024), ROWS_ODD, (3, 1 << 20), (700, 3, 5)])
+def test_a_multi_pass_kernel_walks_every_row_once_in_blocks_starting_on_aligned_elements(shape):
+    out = np.zeros(shape, np.float32)
+    rows = np.arange(shape[0], dtype=np.float32).reshape((-1,) + (1,) * (len(shape) - 1))
+    seen = []
+
+    def fill(part, rows_part, scalar):
+        seen.append((part.shape[0], part.__array_interface__["data"][0]))
+        np.add(rows_part, scalar, out=part)
+
+    intra_op.run(fill, out, rows, 1.0, passes=2)
+    np.testing.assert_array_equal(out, np.broadcast_to(rows + 1.0, shape))
+    row = out.size // shape[0]
+    base = out.__array_interface__["data"][0]
+    assert sum(n for n, _ in seen) == shape[0]
+    assert all(((start - base) // out.itemsize) % intra_op.ALIGN == 0 for _, start in seen)
+    if out.nbytes > intra_op.BLOCK_BYTES and shape[0] > 1:
+        unit = intra_op.ALIGN // np.gcd(row, intra_op.ALIGN)
+        assert len(seen) > 1 and max(n for n, _ in seen) >= unit
