@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from ops import buffers, intra_op
 from ops.registry import REGISTRY
 from ops.xp import array_module
 from tape import (
@@ -468,10 +469,15 @@ def _add_in_place(item, g):
     """Eager backward that records nothing: the first contribution may be shared (an add passes
     one gout to both inputs), so the second one is added into a fresh buffer, which later ones
     update in place -- no op, no temporary per contribution."""
+    a, b = item[1]._value, g._value
     if len(item) == 3:
-        item[1]._value += g._value
+        if a.__class__ is np.ndarray and a.nbytes >= buffers.MIN_BYTES:
+            intra_op.ufunc(np.add, a, a, b)  # (threads for the largest, bit for bit)
+        else:
+            item[1]._value += b
         return
-    total = item[1]._value + g._value
+    out = buffers.binary_out(a, b)  # (a reused buffer: no page faults)
+    total = a + b if out is None else intra_op.ufunc(np.add, out, a, b)
     if total.__class__ is not np.ndarray and array_module(total) is np:
         total = np.asarray(total)  # numpy turns 0-d sums into scalars
     item[1] = Variable._make(total, total.shape, total.dtype, False)

@@ -197,3 +197,28 @@ def test_scalar_variables_accumulate_too():
     s = var(2.0)
     tape.backward(s * 3.0 + s * 4.0 + s * 5.0)
     assert s.grad().shape == () and float(s.grad().numpy()) == 12.0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_gradients_add_up_in_reused_buffers_on_threads_bit_for_bit(dtype, monkeypatch):
+    from ops import buffers, intra_op
+
+    rng = np.random.default_rng(0)
+    shape = (1031, 2049)  # (over intra_op's threshold and the buffer pool's; odd rows)
+    values = [rng.standard_normal(shape).astype(dtype) for _ in range(3)]
+    start = rng.standard_normal(shape).astype(dtype)
+
+    def gradient():
+        tape.reset_global_tape()
+        x = tape.Variable(start, requires_grad=True)
+        tape.backward(((x * values[0]) + (x * values[1]) + (x * values[2]) + x).sum())
+        return x.grad().numpy().copy()
+
+    monkeypatch.setattr(intra_op, "MIN_ELEMENTS", 2)  # (every array split where it can be)
+    split = gradient()
+    monkeypatch.setattr(intra_op, "MIN_ELEMENTS", 1 << 62)
+    monkeypatch.setattr(buffers, "MIN_BYTES", 1 << 62)  # (plain numpy arrays, one call each)
+    plain = gradient()
+    assert split.dtype == plain.dtype == dtype
+    np.testing.assert_array_equal(split.view(np.uint8), plain.view(np.uint8))
+    np.testing.assert_allclose(plain, values[0] + values[1] + values[2] + 1, rtol=1e-5, atol=1e-5)
