@@ -237,8 +237,12 @@ class _Adaptive:
         if self.spent >= min(self.after, NUMBA_AFTER_SECONDS):
             from ops.fusion_backends import numba_loops
 
-            self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)
-            self.spent, self.backend = None, "numba"
+            try:
+                self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)
+                self.backend = "numba"
+            except ImportError:  # (installed but broken: the group stays in numpy)
+                pass
+            self.spent = None
         elif self.spent >= NUMBA_BACKGROUND_SECONDS and background.ENABLED:
             self.job = background.submit(self._compiler(inputs))
         return outs

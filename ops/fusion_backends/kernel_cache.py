@@ -54,11 +54,12 @@ def directory():
 @functools.lru_cache(maxsize=1)
 def _salt():
     """What a kernel's machine code depends on besides its source."""
-    import numba
+    import importlib.metadata
 
     from ops.fusion_backends import numba_loops, table, vecmath
 
-    digest = hashlib.sha256(f"{numba.__version__} {sys.version_info[:2]}".encode())
+    version = importlib.metadata.version("numba")  # (not imported: see numba_loops.available)
+    digest = hashlib.sha256(f"{version} {sys.version_info[:2]}".encode())
     for module in (numba_loops, table, vecmath):
         with open(module.__file__, "rb") as file:
             digest.update(file.read())

@@ -245,3 +245,24 @@ def test_a_background_job_reports_its_result_or_its_error():
     failed = fused.background.submit(fail)
     assert failed.wait(10) and failed.result is None
     assert isinstance(failed.error, RuntimeError)
+
+
+def test_fused_groups_that_stay_in_numpy_never_import_numba():
+    """numba and LLVM are ~70 MiB of resident code: only a compile imports them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np, tape, ops\n"
+        "x = tape.Variable(np.ones((64, 64), np.float32), requires_grad=True)\n"
+        "for _ in range(6):\n"
+        "    with tape.lazy():\n"
+        "        tape.reset_global_tape()\n"
+        "        tape.backward((ops.tanh(x * 2.0 + 1.0) * x).sum())\n"
+        "        x.grad()\n"
+        "print('numba' in sys.modules, 'llvmlite' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "False"]
