@@ -27,6 +27,12 @@ class Options:
     warmup: float = 0.5
     pause: float = 0.2
     wait_idle: float = 0.0  # seconds this workload may wait for other processes to go idle
+    # Warm-up seconds of particular implementations, where longer than ``warmup`` (a workload's
+    # WARMUPS: the scaling chain's cached plan compiles its fused kernels in the background)
+    warmups: dict = dataclasses.field(default_factory=dict)
+
+    def warmup_of(self, name):
+        return max(self.warmup, self.warmups.get(name, 0.0))
 
 
 @dataclasses.dataclass
@@ -110,7 +116,7 @@ def round_robin(names, warm, block, options):
     runs: this process or its own, ``benchmarks.isolated``)."""
     counts = {}
     for name in names:
-        estimate = warm(name, options.warmup)
+        estimate = warm(name, options.warmup_of(name))
         counts[name] = max(1, round(options.block / max(estimate, 1e-9)))
     times = {name: [] for name in names}
     spans = {name: [] for name in names}

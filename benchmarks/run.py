@@ -161,6 +161,7 @@ def main(argv=None):
                 options,
                 reps=min(options.reps, config.get("reps", 99)),
                 warmup=max(options.warmup, getattr(workload, "WARMUP", 0.0)),
+                warmups={} if args.tiny else getattr(workload, "WARMUPS", {}),
             )
             if args.profile or args.shared_process:
                 steps, skipped = build(workload, config, wanted, args.lazy)
