@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ops import buffers, intra_op
+from ops.broadcast_views import times_one
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.infer import align_y, broadcast_shapes, result_dtype
 from ops.reduce import sum_to
@@ -120,8 +121,15 @@ def _(g):
 
 @register("elementwise_mul", **_FACTS)
 def elementwise_mul(xp, attrs, x, y):
-    """Out = X * Y.  dX = dOut * Y, dY = dOut * X."""
+    """Out = X * Y.  dX = dOut * Y, dY = dOut * X.
+
+    A factor that is ones broadcast (a sum's gradient reaching a product) gives the other
+    factor itself, as a read-only view (``ops.broadcast_views.times_one``)."""
     y = y if attrs["axis"] == -1 else aligned(x, y, attrs)
+    if (x.nbytes >= buffers.MIN_BYTES or y.nbytes >= buffers.MIN_BYTES) and (
+        same := times_one(x, y)
+    ) is not None:
+        return same
     if x.nbytes >= buffers.MIN_BYTES and (out := buffers.binary_out(x, y)) is not None:
         return intra_op.ufunc(xp.multiply, out, x, y)  # (a reused buffer: no page faults)
     return x * y

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ops import buffers, intra_op
+from ops.broadcast_views import broadcast_source
 from ops.compose import NO_ATTRS as _NO_ATTRS
 from ops.compose import NUMPY_AXIS as _NUMPY
 from ops.compose import mul as _mul
@@ -42,15 +43,6 @@ def neg(xp, attrs, x):
     if x.nbytes >= buffers.MIN_BYTES and x.dtype.kind == "f":  # (a reused buffer: no page faults)
         return intra_op.ufunc(xp.negative, buffers.like(x), x)
     return -x
-
-
-def broadcast_source(x):
-    """The smallest array a large numpy ``x`` is a broadcast view of (its zero-stride axes cut
-    to length 1), or None where it is not one: a unary op on it is the op on that source,
-    broadcast. (Its result is read-only, as a broadcast view always is.)"""
-    if x.__class__ is not np.ndarray or x.nbytes < buffers.MIN_BYTES or 0 not in x.strides:
-        return None
-    return x[tuple(slice(0, 1) if s == 0 else slice(None) for s in x.strides)]
 
 
 @neg.gradient
