@@ -1,7 +1,7 @@
 """What the blocked backend runs per block: ufunc calls writing into reused scratch, or kernels.
 
 A step whose kernel *is* a fixed sequence of numpy ufunc calls (``RECIPES``: ``x * y``,
-``tanh``, ``1 / (1 + exp(min(-x, limit)))``, ...) becomes those calls with ``out=`` a scratch
+``tanh``, ``1 / (1 + exp(-x))``, ...) becomes those calls with ``out=`` a scratch
 buffer (or the output array itself), so a block allocates nothing: the buffers are assigned once
 per expression by a linear scan over the block's instructions (a value's buffer is reused as soon
 as its last reader ran, in place where shapes and dtypes agree) and allocated once per run. Each
@@ -10,8 +10,6 @@ are bit for bit the kernel's. Any other step calls its registered kernel.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -24,14 +22,32 @@ def _t(i):
     return ("t", i)
 
 
+def _exp_overflowing(x, out=None):
+    """``np.exp`` with its overflow not reported: the sigmoid's exp(-x) below x = -88 in
+    float32, which gives 1 / (1 + inf) = 0 (``ops.activation``'s kernel does the same)."""
+    with np.errstate(over="ignore"):
+        return np.exp(x, out=out)
+
+
+# Calls of recipes that are not plain ufuncs: name -> (numpy's callable, the ufunc whose dtype
+# rules it follows)
+_CALLABLES = {"exp_overflowing": (_exp_overflowing, "exp")}
+
+
+def ufunc_of(xp, name):
+    """The callable a recipe's call ``name`` runs with array module ``xp``."""
+    special = _CALLABLES.get(name)
+    if special is None:
+        return getattr(xp, name)
+    return special[0] if xp is np else getattr(xp, special[1])
+
+
 def _sigmoid(dtype):
-    limit = math.floor(math.log(float(np.finfo(dtype).max)))
     return [
         ("negative", (A0,)),
-        ("minimum", (_t(0), limit)),
-        ("exp", (_t(1),)),
-        ("add", (1.0, _t(2))),
-        ("true_divide", (1.0, _t(3))),
+        ("exp_overflowing", (_t(0),)),
+        ("add", (1.0, _t(1))),
+        ("true_divide", (1.0, _t(2))),
     ]
 
 
@@ -152,7 +168,8 @@ def result_dtypes(calls, arg_dtypes):
                 kinds.append(arg_dtypes[op[1]] if op[0] == "a" else found[op[1]])
             else:
                 kinds.append(type(op))
-        dtype = getattr(np, name).resolve_dtypes(tuple(kinds) + (None,))[-1]
+        ufunc = getattr(np, _CALLABLES[name][1] if name in _CALLABLES else name)
+        dtype = ufunc.resolve_dtypes(tuple(kinds) + (None,))[-1]
         found.append(np.dtype(dtype))
     return found
 
@@ -240,7 +257,14 @@ class Program:
             made.append(slot)
             to_output = last and output is not None
             self.code.append(
-                (UFUNC, getattr(xp, name), ops, TO_OUTPUT if to_output else TO_BUFFER, output, slot)
+                (
+                    UFUNC,
+                    ufunc_of(xp, name),
+                    ops,
+                    TO_OUTPUT if to_output else TO_BUFFER,
+                    output,
+                    slot,
+                )
             )
             pending.append((len(self.code) - 1, slot, ops, None if to_output else template, dtype))
 
@@ -271,4 +295,4 @@ class Program:
         return len(self.buffers) - 1
 
 
-__all__ = ["Program", "recipe", "UFUNC", "KERNEL", "TO_BUFFER", "TO_OUTPUT"]
+__all__ = ["Program", "recipe", "ufunc_of", "UFUNC", "KERNEL", "TO_BUFFER", "TO_OUTPUT"]

@@ -68,9 +68,13 @@ def available():
     """Whether numba is installed (the ``fuse`` extra). Found, not imported: numba and LLVM
     cost ~70 MiB of resident code and ~0.5 s to import, which a program whose groups never
     move to numba should not pay (measured on ``bench_memory``'s steady state); a compile
-    that then fails to import it leaves its group in numpy (``ops.fused``)."""
+    that then fails to import it leaves its group in numpy (``ops.fused``).
+    ``FLUIDTAPE_NUMBA=0`` keeps every group in numpy, numba installed or not."""
     import importlib.util
+    import os
 
+    if os.environ.get("FLUIDTAPE_NUMBA", "1") in ("0", ""):
+        return False
     return importlib.util.find_spec("numba") is not None
 
 

@@ -20,7 +20,7 @@ from ops.fusion_backends import (
     step_kernels,
     with_located_errors,
 )
-from ops.fusion_backends.block_program import recipe
+from ops.fusion_backends.block_program import recipe, ufunc_of
 
 
 def compile(expression, xp):  # noqa: A001  (every backend's entry point has this name)
@@ -95,7 +95,7 @@ def _ufunc_calls(expression, j, names):
         return None
     sources, made, lines = [_source(ref) for ref in refs], [], []
     for index, (ufunc, operands) in enumerate(calls):
-        names[f"u_{ufunc}"] = getattr(np, ufunc)
+        names[f"u_{ufunc}"] = ufunc_of(np, ufunc)
         args = []
         for operand in operands:
             if isinstance(operand, tuple):

@@ -36,8 +36,8 @@ def _call(name, exact=False):
 
 
 def _sigmoid(x, k):
-    limit = math.floor(math.log(float(np.finfo(k.dtype).max)))
-    return f"({k(1.0)} / ({k(1.0)} + np.exp(minimum(-{x}, {k(limit)}))))"
+    # (exp(-x) overflows to inf below x = -88 in float32: 1 / inf = 0, as the kernel gives)
+    return f"({k(1.0)} / ({k(1.0)} + np.exp(-{x})))"
 
 
 def _softplus(z, k):

@@ -3,20 +3,15 @@ buffer the very ufuncs of their formulas (fresh temporaries of large arrays cost
 bit for bit the plain expressions, for 0-d, broadcast and non-contiguous inputs, float32 and
 float64."""
 
-import math
-
 import numpy as np
 import pytest
 
 from ops.registry import REGISTRY
 
 
-def _limit(dtype):
-    return math.floor(math.log(float(np.finfo(dtype).max)))
-
-
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(np.minimum(-x, _limit(x.dtype))))
+    with np.errstate(over="ignore"):  # (below x = -88 in float32: 1 / (1 + inf) = 0)
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 CASES = [
