@@ -28,7 +28,7 @@ class Options:
     pause: float = 0.2
     wait_idle: float = 0.0  # seconds this workload may wait for other processes to go idle
     # Warm-up seconds of particular implementations, where longer than ``warmup`` (a workload's
-    # WARMUPS: the scaling chain's cached plan compiles its fused kernels in the background)
+    # WARMUPS: the scaling chain's cached plan compiles its fused kernels as it runs)
     warmups: dict = dataclasses.field(default_factory=dict)
 
     def warmup_of(self, name):

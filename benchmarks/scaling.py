@@ -52,9 +52,9 @@ TARGET = None
 TARGETS = {"fluidtape-miss": ("fluidtape", 1.0), "fluidtape-hit": ("fluidtape", 0.5)}
 TRAINING = False
 # The cached plan's warm-up: its fused groups move to numba (where installed) as a training
-# loop's do, compiled on a background thread once each structure has run 0.05 s in numpy
-# (ops.fused); a first process on a machine compiles the chain's ~12 structures in 10-20 s,
-# later ones load them from the kernel cache on disk in milliseconds.
+# loop's do, once each structure has spent NUMBA_AFTER_SECONDS (0.5 s) in numpy (ops.fused):
+# a first process on a machine compiles the chain's ~12 structures within 10-30 s, later ones
+# load them from the kernel cache on disk in milliseconds.
 WARMUPS = {"fluidtape-hit": 30.0}
 
 

@@ -36,7 +36,6 @@ import time
 import numpy as np
 
 from ops.fused_expression import Expression
-from ops.fusion_backends import background
 from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, InputError, ShapeError
 
@@ -48,10 +47,6 @@ NUMBA_AFTER_SECONDS = 0.5
 # disk: ops.fusion_backends.kernel_cache) moves: about what loading it costs.
 NUMBA_CACHED_SECONDS = 0.02
 NUMBA_LIBM_MAX_SIZE = 1024
-# Seconds an expression runs in numpy before auto starts compiling it on the background thread
-# (ops.fusion_backends.background), running on in numpy meanwhile: a group that recurs this much
-# is worth a core for a second; the compile stalls nothing.
-NUMBA_BACKGROUND_SECONDS = 0.05
 _CACHE_SIZE = 256
 
 _setting = {"backend": "auto"}
@@ -205,13 +200,12 @@ class _Adaptive:
     ``NUMBA_CACHED_SECONDS`` where its kernel is on disk (its load); then numba, where it is
     installed and measured faster (see the module docstring)."""
 
-    __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "job", "__weakref__")
+    __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "__weakref__")
 
     def __init__(self, expression, run, exact=False):
         from ops.fusion_backends import numba_loops
 
         self.expression, self.run, self.spent, self.exact = expression, run, 0.0, exact
-        self.job = None  # (a compile on the background thread: ops.fusion_backends.background)
         self.backend = getattr(run, "backend", "blocked")
         self.after = None  # (the seconds it waits: decided at its first run)
         if not (numba_loops.available() and numba_loops.covers(expression)):
@@ -221,10 +215,6 @@ class _Adaptive:
 
     def __call__(self, *inputs):
         if self.spent is None:
-            return self.run(*inputs)
-        if self.job is not None:
-            if self.job.done():
-                self._take(self.job)
             return self.run(*inputs)
         if self.after is None:
             from ops.fusion_backends import numba_loops
@@ -243,32 +233,7 @@ class _Adaptive:
             except ImportError:  # (installed but broken: the group stays in numpy)
                 pass
             self.spent = None
-        elif self.spent >= NUMBA_BACKGROUND_SECONDS and background.ENABLED:
-            self.job = background.submit(self._compiler(inputs))
         return outs
-
-    def _compiler(self, inputs):
-        """The background job compiling this expression for ``inputs``' types (taken now: the
-        job holds no array)."""
-        from ops.fusion_backends import numba_loops
-
-        expression, vectorised = self.expression, not self.exact
-        signature = numba_loops.signature(expression, inputs)
-
-        def work():
-            run = numba_loops.compile(expression, np, vectorised=vectorised)
-            run.prepare(signature)
-            return run
-
-        return work
-
-    def _take(self, job):
-        """Runs on the background compile's kernel from now on (on numpy for good where the
-        compile failed: numba could not compile this expression)."""
-        self.job = None
-        if job.error is None:
-            self.run, self.backend = job.result, "numba"
-        self.spent = None
 
 
 def current_backend():

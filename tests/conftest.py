@@ -15,10 +15,6 @@ if "FLUIDTAPE_CACHE_DIR" not in os.environ:
     os.environ["FLUIDTAPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="fluidtape-test-cache-")
     atexit.register(shutil.rmtree, os.environ["FLUIDTAPE_CACHE_DIR"], ignore_errors=True)
 
-# Fused kernels compile on the calling thread, as the tests that time or inspect their backend
-# expect; tests of the background compile switch it on themselves.
-os.environ.setdefault("FLUIDTAPE_BACKGROUND_COMPILE", "0")
-
 settings.register_profile("ci", database=None, print_blob=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")

@@ -466,37 +466,11 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
             outs.append(acc.reshape(reduction.shape).astype(dtype, copy=False))
         return outs
 
-    def prepare(signature):
-        """Compiles the loop nest for ``signature`` (``signature(expression, inputs)``) without
-        running it: numba would compile at the first call, on the calling thread."""
-        loops.compile(signature)
-        if unmarked[0]:
-            unmarked[0] = False
-            kernel_cache.mark_compiled(source, vectorised)
-
     run = with_located_errors(run, reference.compile(expression, xp))
-    run.prepare = prepare
     run.backend, run.loops = "numba", loops  # loops: the numba dispatcher, for inspection
     run.source, run.packing = source, packing
     run.threads = threads
     return run
-
-
-def signature(expression, inputs):
-    """The numba types of a compiled ``expression``'s arguments when called with ``inputs``
-    (they, then the outputs and accumulators it makes), for ``prepare``."""
-    import numba
-
-    chunks, packing, _ = _layout(expression)
-    made = [
-        np.empty((1,) * len(expression.step_shapes[expression.outputs[i]]), expression.dtypes[i])
-        for i in packing.alone
-    ]
-    made += [np.empty(1, dtype) for _, dtype, _ in packing.blocks]
-    made += [
-        np.zeros((1,) * (len(shape) + 1), dtype) for shape, dtype, _, _ in _accumulators(expression)
-    ]
-    return tuple(numba.typeof(a) for a in (*inputs, *made))
 
 
 class Threads:

@@ -214,39 +214,6 @@ def test_generated_kernels_give_arrays_never_numpy_scalars(fresh_cache, shape):
     np.testing.assert_array_equal(outs[2], expected)
 
 
-@pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
-def test_auto_compiles_a_recurring_expression_in_the_background_and_then_runs_it(
-    fresh_cache, monkeypatch
-):
-    monkeypatch.setattr(fused, "NUMBA_BACKGROUND_SECONDS", 0.0)
-    monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 1e9)  # (never on the calling thread)
-    monkeypatch.setattr(fused, "NUMBA_CACHED_SECONDS", 1e9)
-    monkeypatch.setattr(fused.background, "ENABLED", True)
-    expression = _arithmetic((64, 32))
-    inputs = _arrays(expression)
-    kernel = fused.kernel_for(expression, np)
-    adaptive = _shared(kernel)
-    expected = kernel(*inputs)
-    assert adaptive.job is not None and kernel.backend != "numba"  # (compiling meanwhile)
-    assert adaptive.job.wait(120)
-    result = kernel(*inputs)
-    assert kernel.backend == "numba" and adaptive.job is None
-    assert_same(result[0], expected[0], "numba against numpy")
-
-
-def test_a_background_job_reports_its_result_or_its_error():
-    assert fused.background.submit(lambda: 42).wait(10)
-    done = fused.background.submit(lambda: 6 * 7)
-    assert done.wait(10) and done.result == 42 and done.error is None
-
-    def fail():
-        raise RuntimeError("cannot compile")
-
-    failed = fused.background.submit(fail)
-    assert failed.wait(10) and failed.result is None
-    assert isinstance(failed.error, RuntimeError)
-
-
 def test_fused_groups_that_stay_in_numpy_never_import_numba():
     """numba and LLVM are ~70 MiB of resident code: only a compile imports them."""
     import subprocess
