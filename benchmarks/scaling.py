@@ -53,9 +53,9 @@ TARGETS = {"fluidtape-miss": ("fluidtape", 1.0), "fluidtape-hit": ("fluidtape", 
 TRAINING = False
 # The cached plan's warm-up: its fused groups move to numba (where installed) as a training
 # loop's do, once each structure has spent NUMBA_AFTER_SECONDS (0.5 s) in numpy (ops.fused):
-# a first process on a machine compiles the chain's ~12 structures within 10-30 s, later ones
+# a first process on a machine compiles the chain's ~12 structures within 30-60 s, later ones
 # load them from the kernel cache on disk in milliseconds.
-WARMUPS = {"fluidtape-hit": 30.0}
+WARMUPS = {"fluidtape-hit": 60.0}
 
 
 def scale(config):
