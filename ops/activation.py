@@ -128,7 +128,9 @@ def _sigmoid(xp, x):
     gives 1 / inf = 0, as the sigmoid's value rounds there anyway.
 
     (A clamp of exp's argument before, to silence the overflow, was a fifth of a large
-    sigmoid's time: np.minimum on 4M float32 takes as long as exp.)
+    sigmoid's time: np.minimum, fmin and clip on 4M float32 each take as long as exp. The
+    errstate block costs ~1-2 us a call instead, which shows only on small arrays; a clamp kept
+    for those would make the value below -88 depend on the array's size.)
     """
     if x.nbytes >= buffers.MIN_BYTES:  # (no page faults; threads for the largest)
         return intra_op.run(_sigmoid_steps, buffers.like(x), xp, x, passes=4)

@@ -42,6 +42,11 @@ def ufunc_of(xp, name):
     return special[0] if xp is np else getattr(xp, special[1])
 
 
+def _dtype_rules(name):
+    """The numpy ufunc whose type resolution a recipe's call ``name`` follows."""
+    return getattr(np, _CALLABLES[name][1] if name in _CALLABLES else name)
+
+
 def _sigmoid(dtype):
     return [
         ("negative", (A0,)),
@@ -168,8 +173,7 @@ def result_dtypes(calls, arg_dtypes):
                 kinds.append(arg_dtypes[op[1]] if op[0] == "a" else found[op[1]])
             else:
                 kinds.append(type(op))
-        ufunc = getattr(np, _CALLABLES[name][1] if name in _CALLABLES else name)
-        dtype = ufunc.resolve_dtypes(tuple(kinds) + (None,))[-1]
+        dtype = _dtype_rules(name).resolve_dtypes(tuple(kinds) + (None,))[-1]
         found.append(np.dtype(dtype))
     return found
 
@@ -256,16 +260,8 @@ class Program:
             slot = self.n_inputs + j if last else self._new_slot(template, dtype)
             made.append(slot)
             to_output = last and output is not None
-            self.code.append(
-                (
-                    UFUNC,
-                    ufunc_of(xp, name),
-                    ops,
-                    TO_OUTPUT if to_output else TO_BUFFER,
-                    output,
-                    slot,
-                )
-            )
+            kind = TO_OUTPUT if to_output else TO_BUFFER
+            self.code.append((UFUNC, ufunc_of(xp, name), ops, kind, output, slot))
             pending.append((len(self.code) - 1, slot, ops, None if to_output else template, dtype))
 
     def _allocate(self, pending, expression):

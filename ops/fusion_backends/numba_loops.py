@@ -63,7 +63,6 @@ VECTOR_ARRAYS = 8
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def available():
     """Whether numba is installed (the ``fuse`` extra). Found, not imported: numba and LLVM
     cost ~70 MiB of resident code and ~0.5 s to import, which a program whose groups never
