@@ -9,8 +9,10 @@ compiled callable from ``ops.fusion_backends`` (cached, so each group structure 
   one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
   compile (0.3-2.5 s measured) is paid back (``NUMBA_CACHED_SECONDS`` where its kernel was
-  compiled on this machine before and is loaded from disk: ``fusion_backends.kernel_cache``),
-  if its loop vectorises whole: exact arithmetic, and the libm functions
+  compiled on this machine before and is loaded from disk: ``fusion_backends.kernel_cache``);
+  where a compile process can run (``fusion_backends.compile_process``), it is compiled there
+  instead once it has run ``NUMBA_SUBMIT_CALLS`` times, and moves when its code is on disk,
+  the program never waiting for a compile. It moves if its loop vectorises whole: exact arithmetic, and the libm functions
   ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
   tanh in float32). Measured (benchmarks/README.md): 2-6x faster than blocked numpy on exact
   arithmetic at every size, and 2-3x on the chain's forward (tanh, sigmoid) at 4M. An expression
@@ -36,6 +38,7 @@ import time
 import numpy as np
 
 from ops.fused_expression import Expression
+from ops.fusion_backends import compile_process
 from ops.registry import Attr, register
 from tape.errors import AttrError, DTypeError, InputError, ShapeError
 
@@ -46,6 +49,11 @@ NUMBA_AFTER_SECONDS = 0.5
 # Seconds after which an expression whose kernel was compiled on this machine before (kept on
 # disk: ops.fusion_backends.kernel_cache) moves: about what loading it costs.
 NUMBA_CACHED_SECONDS = 0.02
+# Runs, or seconds in numpy, after which an expression is handed to the compile process
+# (``fusion_backends.compile_process``, where it can run): the program pays no compile, only
+# a core at the lowest priority meanwhile, so a group that has run this often is worth it.
+NUMBA_SUBMIT_CALLS = 64
+NUMBA_SUBMIT_SECONDS = 0.01
 NUMBA_LIBM_MAX_SIZE = 1024
 _CACHE_SIZE = 256
 
@@ -198,9 +206,13 @@ def _compile(expression, xp, name):
 class _Adaptive:
     """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS`` (its compile), or
     ``NUMBA_CACHED_SECONDS`` where its kernel is on disk (its load); then numba, where it is
-    installed and measured faster (see the module docstring)."""
+    installed and measured faster (see the module docstring). Where a compile process can
+    run (``fusion_backends.compile_process``), an expression that has run
+    ``NUMBA_SUBMIT_CALLS`` times or for ``NUMBA_SUBMIT_SECONDS`` is compiled there instead, and
+    moves once its machine code is on disk; the program does not wait for the compile."""
 
-    __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "__weakref__")
+    __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "calls", "ticket")
+    __slots__ += ("__weakref__",)
 
     def __init__(self, expression, run, exact=False):
         from ops.fusion_backends import numba_loops
@@ -208,6 +220,7 @@ class _Adaptive:
         self.expression, self.run, self.spent, self.exact = expression, run, 0.0, exact
         self.backend = getattr(run, "backend", "blocked")
         self.after = None  # (the seconds it waits: decided at its first run)
+        self.calls, self.ticket = 0, None  # (ticket: the compile process's key, once asked)
         if not (numba_loops.available() and numba_loops.covers(expression)):
             self.spent = None  # never moves
         elif expression.size > NUMBA_LIBM_MAX_SIZE and numba_loops.scalar_libm(expression):
@@ -217,23 +230,51 @@ class _Adaptive:
         if self.spent is None:
             return self.run(*inputs)
         if self.after is None:
-            from ops.fusion_backends import numba_loops
-
-            cached = numba_loops.compiled_before(self.expression, not self.exact)
-            self.after = NUMBA_CACHED_SECONDS if cached else NUMBA_AFTER_SECONDS
+            self._decide()
         start = time.perf_counter()
         outs = self.run(*inputs)
         self.spent += time.perf_counter() - start
-        if self.spent >= min(self.after, NUMBA_AFTER_SECONDS):
-            from ops.fusion_backends import numba_loops
-
-            try:
-                self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)
-                self.backend = "numba"
-            except ImportError:  # (installed but broken: the group stays in numpy)
-                pass
-            self.spent = None
+        if self.ticket is not None:
+            state = compile_process.state(self.ticket)
+            if state == compile_process.READY:
+                self._move()
+            elif state != compile_process.PENDING:  # (failed: the in-process rule again)
+                self.ticket, self.calls = None, -1
+        elif self.spent >= min(self.after, NUMBA_AFTER_SECONDS):
+            self._move()
+        elif self.calls >= 0:
+            self.calls += 1
+            if self.calls >= NUMBA_SUBMIT_CALLS or self.spent >= NUMBA_SUBMIT_SECONDS:
+                self._submit(inputs)
         return outs
+
+    def _decide(self):
+        """At the first run: how long to wait, and whether a compile process may compile it."""
+        from ops.fusion_backends import numba_loops
+
+        cached = numba_loops.compiled_before(self.expression, not self.exact)
+        self.after = NUMBA_CACHED_SECONDS if cached else NUMBA_AFTER_SECONDS
+        if cached or not compile_process.enabled():
+            self.calls = -1  # (never asked)
+
+    def _submit(self, inputs):
+        from ops.fusion_backends import numba_loops
+
+        self.calls = -1
+        made = numba_loops.request(self.expression, inputs, not self.exact)
+        if made is not None:
+            compile_process.submit(*made)
+            self.ticket = made[0]
+
+    def _move(self):
+        from ops.fusion_backends import numba_loops
+
+        try:
+            self.run = numba_loops.compile(self.expression, np, vectorised=not self.exact)
+            self.backend = "numba"
+        except ImportError:  # (installed but broken: the group stays in numpy)
+            pass
+        self.spent = None
 
 
 def current_backend():

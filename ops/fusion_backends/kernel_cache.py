@@ -7,7 +7,8 @@ every run of the program paid them again. Here each generated source becomes a m
 named by its hash, and numba caches its machine code beside it (``cache=True``), so a kernel
 compiled once on this machine loads in milliseconds in every later process, and ``ops.fused``
 moves a group whose kernel is on disk after ``NUMBA_CACHED_SECONDS`` (the loading cost), not
-``NUMBA_AFTER_SECONDS``.
+``NUMBA_AFTER_SECONDS``. The same files let ``compile_process`` compile a kernel in another
+process and the program load it.
 
 Where: ``$FLUIDTAPE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/fluidtape`` (``~/.cache/fluidtape``),
 in ``numba-kernels/``; files are written atomically (a temporary file renamed), so concurrent

@@ -334,6 +334,63 @@ def compiled_before(expression, vectorised=True):
     return kernel_cache.compiled_before(_layout(expression)[2], vectorised)
 
 
+def request(expression, inputs, vectorised=True):
+    """``(key, request)`` asking ``compile_process`` to compile ``expression``'s kernel for
+    ``inputs`` (its arrays), or None where it cannot (an input that is not a numpy array, or
+    no kernel cache to hand the machine code over)."""
+    chunks, packing, source = _layout(expression)
+    arguments = []
+    for x in inputs:
+        if x.__class__ is not np.ndarray:
+            return None
+        arguments.append(_typed(x.dtype, x.ndim, x.flags))
+    for i in packing.alone:
+        shape = expression.step_shapes[expression.outputs[i]]
+        arguments.append(_typed(np.dtype(expression.dtypes[i]), len(shape)))
+    arguments += [_typed(np.dtype(dtype), 1) for _, dtype, _ in packing.blocks]
+    arguments += [
+        _typed(np.dtype(w), len(shape) + 1) for shape, w, _, _ in _accumulators(expression)
+    ]
+    if kernel_cache.directory() is None:
+        return None
+    key = kernel_cache.key(source, vectorised)
+    return key, {
+        "source": source,
+        "vectorised": bool(vectorised),
+        "parallel": chunks > 1,
+        "arguments": arguments,
+    }
+
+
+def _typed(dtype, ndim, flags=None):
+    """An argument as numba types an array (``numba.typeof``): [dtype, ndim, layout, read-only]."""
+    if flags is None or flags.c_contiguous:
+        layout = "C"
+    else:
+        layout = "F" if flags.f_contiguous else "A"
+    return [dtype.str, ndim, layout, flags is not None and not flags.writeable]
+
+
+def compile_request(request):
+    """Compiles a ``request`` (made by ``request``) into the kernel cache: ``compile_process``'s
+    work, in the compile process."""
+    import numba
+
+    vectorised = request["vectorised"]
+    fused, cached = kernel_cache.function(request["source"], vectorised, kernel_globals(vectorised))
+    if not cached:
+        raise OSError("the kernel cache cannot be written: nothing to hand the code over")
+    loops = numba.njit(nogil=True, error_model="numpy", parallel=request["parallel"], cache=True)(
+        fused
+    )
+    types = tuple(
+        numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly)
+        for dtype, ndim, layout, readonly in request["arguments"]
+    )
+    loops.compile(types)
+    kernel_cache.mark_compiled(request["source"], vectorised)
+
+
 @functools.lru_cache(maxsize=256)
 def _layout(expression):
     """(chunks, ``Packing``, generated source) of ``expression``: made once, for the disk
