@@ -5,21 +5,21 @@ The fusion pass (``tape/passes/fusion.py``) replaces a group of connected elemen
 what to compute; this module registers the op and picks, per expression and array module, a
 compiled callable from ``ops.fusion_backends`` (cached, so each group structure compiles once):
 
-- ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of
-  one block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
+- ``"auto"`` (the default): on the CPU, ``blocked`` numpy (the reference itself for arrays of one
+  block). Where numba is installed (``pip install fluidtape[fuse]``) an expression that it
   generates moves to ``numba`` once it has spent ``NUMBA_AFTER_SECONDS`` in numpy, so that the
   compile (0.3-2.5 s measured) is paid back (``NUMBA_CACHED_SECONDS`` where its kernel was
   compiled on this machine before and is loaded from disk: ``fusion_backends.kernel_cache``);
   where a compile process can run (``fusion_backends.compile_process``), it is compiled there
-  instead once it has run ``NUMBA_SUBMIT_CALLS`` times, and moves when its code is on disk,
-  the program never waiting for a compile. It moves if its loop vectorises whole: exact arithmetic, and the libm functions
-  ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
+  instead once it has run ``NUMBA_SUBMIT_CALLS`` times, and moves when its code is on disk, the
+  program never waiting for a compile. It moves if its loop vectorises whole: exact arithmetic,
+  and the libm functions ``ops.fusion_backends.vecmath`` computes with vector instructions (exp;
   tanh in float32). Measured (benchmarks/README.md): 2-6x faster than blocked numpy on exact
   arithmetic at every size, and 2-3x on the chain's forward (tanh, sigmoid) at 4M. An expression
   calling another libm function (log, sin, float64 tanh, ...) moves only with at most
-  ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs ~15 ns per element and step
-  against numpy's <1 ns SIMD loops, but numpy's ~2 us per call dominates small arrays). On a
-  GPU, ``cupy_fuse`` where every step has a generated form, else ``reference``.
+  ``NUMBA_LIBM_MAX_SIZE`` elements (numba's scalar libm costs ~15 ns per element and step against
+  numpy's <1 ns SIMD loops, but numpy's ~2 us per call dominates small arrays). On a GPU,
+  ``cupy_fuse`` where every step has a generated form, else ``reference``.
 - ``"reference"``, ``"blocked"``, ``"numba"``, ``"cupy"``: that backend (``numba`` and ``cupy``
   fall back to ``blocked``/``reference`` for an expression they cannot generate).
 
