@@ -25,32 +25,35 @@ def user_location(skip=1):
     frame = sys._getframe(skip)
     while frame is not None:
         code = frame.f_code
-        inside = _inside.get(id(code))
-        if inside is None:
-            inside = _inside[id(code)] = (code.co_filename.startswith(_LIBRARY_DIRS), code)
-        if not inside[0]:
-            break
+        lines = _sites.get(id(code))
+        if lines is None:
+            lines = _site(code)
+        if lines is not False:
+            text = lines.get(frame.f_lasti)
+            if text is None:
+                text = lines[frame.f_lasti] = (
+                    f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
+                )
+            return text
         frame = frame.f_back
-    if frame is None:
-        return None
-    key = (id(code), frame.f_lasti)
-    text = _formatted.get(key)
-    if text is None:
-        if len(_formatted) > 4096:
-            _formatted.clear()
-            _inside.clear()
-            _inside[id(code)] = (False, code)  # holds the code object the new key names
-        text = _formatted[key] = (
-            f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
-        )
-    return text
+    return None
 
 
-# Lazy mode asks for the location of every op it records: both answers are cached per code
-# object (and instruction), so the walk costs a dict lookup per frame. The keys are ids, as a
-# code object hashes its bytecode and constants anew every time (~0.3 us); _inside holds each
-# code object, so an id cannot be reused while its entries exist.
-_inside, _formatted = {}, {}
+def _site(code):
+    """``_sites``' entry for a code object met for the first time."""
+    if len(_sites) > 4096:
+        _sites.clear()
+        _codes.clear()
+    _codes[id(code)] = code  # (held: its id cannot be reused while the entry exists)
+    lines = _sites[id(code)] = False if code.co_filename.startswith(_LIBRARY_DIRS) else {}
+    return lines
+
+
+# Lazy mode asks for the location of every op it records, so both answers are cached per code
+# object: False for the library's code (the walk goes on), else {instruction offset: text}, so
+# the walk costs a dict lookup per frame and one for the line. The keys are ids, as a code object
+# hashes its bytecode and constants anew every time (~0.3 us); _codes holds each code object.
+_sites, _codes = {}, {}
 
 
 def brief(value, limit=80):

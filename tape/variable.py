@@ -73,18 +73,35 @@ class Variable(TensorStyle):
                 hint="pass float data, or dtype=np.float32",
                 location=user_location(),
             )
-        self._value, self.shape, self.dtype, self._name = value, shape, dt, name
-        self.requires_grad, self._grad, self._leaf = bool(requires_grad), None, True
-        self._released, self.persistable, self._pending = False, False, None
+        self._value = value
+        self.shape = shape
+        self.dtype = dt
+        self._name = name
+        self.requires_grad = bool(requires_grad)
+        self._grad = None
+        self._leaf = True
+        self._released = False
+        self.persistable = False
+        self._pending = None
         self._piece = None
 
     @classmethod
     def _make(cls, value, shape, dtype, requires_grad):
         """Fast constructor for op outputs (no conversion, no checks)."""
+        # One store per statement: tuple assignments build and unpack a tuple each (~40% of
+        # this constructor, which runs for every op output).
         var = cls.__new__(cls)
-        var._value, var.shape, var.dtype, var._name = value, shape, dtype, None
-        var.requires_grad, var._grad, var._leaf = requires_grad, None, not requires_grad
-        var._released, var.persistable, var._pending, var._piece = False, False, None, None
+        var._value = value
+        var.shape = shape
+        var.dtype = dtype
+        var._name = None
+        var.requires_grad = requires_grad
+        var._grad = None
+        var._leaf = not requires_grad
+        var._released = False
+        var.persistable = False
+        var._pending = None
+        var._piece = None
         return var
 
     @property
@@ -252,6 +269,8 @@ def own_array(data, dtype=None, what="Variable"):
     """A copy of ``data`` as a numeric array the Variable owns (numpy, or cupy for cupy data):
     the caller may reuse ``data`` afterwards. Refuses what has no numeric meaning (objects,
     strings, generators, ragged lists) with an InputError naming ``what``."""
+    if data.__class__ is _NDARRAY and dtype is None and data.dtype.kind in "biufc":
+        return data.copy(order="K")  # (the common case, a numeric numpy array: no other checks)
     if dtype is not None:
         try:
             dtype = np.dtype(dtype)
