@@ -52,9 +52,10 @@ TARGET = None
 TARGETS = {"fluidtape-miss": ("fluidtape", 1.0), "fluidtape-hit": ("fluidtape", 0.5)}
 TRAINING = False
 # The cached plan's warm-up: its fused groups move to numba (where installed) as a training
-# loop's do, once each structure has spent NUMBA_AFTER_SECONDS (0.5 s) in numpy (ops.fused):
-# a first process on a machine compiles the chain's ~12 structures within 30-60 s, later ones
-# load them from the kernel cache on disk in milliseconds.
+# loop's do: each structure that has run NUMBA_SUBMIT_CALLS times is compiled in the compile
+# process (ops.fusion_backends.compile_process) and moves once its code is on disk. On a cold
+# kernel cache the chain's ~12 structures are compiled there within 5-40 s, depending on how
+# busy the machine is; later processes load them from the kernel cache in milliseconds.
 WARMUPS = {"fluidtape-hit": 60.0}
 
 

@@ -10,20 +10,21 @@ compiles the kernel's generated module into the on-disk kernel cache
 arrives, then loads the machine code from disk, which takes milliseconds.
 
 The child is ``python -m ops.fusion_backends.compile_process``. It is started at the first
-request, runs at the lowest CPU priority (``os.nice``), and exits when the program does (its
-standard input closes). It reads one JSON request a line: the generated source, whether libm is
-vectorised and the loop parallel, and the argument types (``numba_loops.argument_types``). It
-writes one JSON reply a line: the request's key and whether it compiled. A child that cannot
-start or that dies fails every request still pending, and later ones fail at once. A failed
-request leaves its group to the in-process rule of ``ops.fused``. The child costs a core while
-it compiles, though at the lowest priority, and ~150 MiB resident while it lives (Python, numpy,
-numba and LLVM). ``FLUIDTAPE_COMPILE_PROCESS=0`` switches it off: kernels then compile in the
-program, as before. It is also off where the kernel cache is off (the child could not hand the
-code over).
+request and runs at the lowest CPU priority (``os.nice``). It ends when the program does: killed
+at exit (``stop``), or when its standard input closes. It reads one JSON request a line: the
+generated source, whether libm is vectorised and the loop parallel, and the argument types
+(``numba_loops.request``). It writes one JSON reply a line: the request's key and whether it
+compiled. A child that cannot start or that dies fails every request still pending, and later
+ones fail at once. A failed request leaves its group to the in-process rule of ``ops.fused``.
+While it compiles the child takes a core, at the lowest priority, and while it lives ~150 MiB
+resident (Python, numpy, numba and LLVM). ``FLUIDTAPE_COMPILE_PROCESS=0`` switches it off:
+kernels then compile in the program, as before. It is also off where the kernel cache is off
+(the child could not hand the code over).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -85,6 +86,7 @@ class _Child:
         except OSError:
             self.dead = True
             return False
+        atexit.register(stop, wait=False)
         threading.Thread(target=self._write, args=(self.process,), daemon=True).start()
         threading.Thread(target=self._read, args=(self.process,), daemon=True).start()
         return True
@@ -143,17 +145,22 @@ def state(key):
     return child.states.get(key)
 
 
-def stop():
-    """Ends the compile process, if one runs (what it was still asked fails)."""
+def stop(wait=True):
+    """Ends the compile process, if one runs (what it was still asked fails): after the
+    requests it has (``wait``), else at once. At exit it is ended at once, so that no compile
+    outlives the program (numba writes its cache files whole, so none is left half written)."""
     child, _child[0] = _child[0], None
     if child is None or child.process is None or child.pid != os.getpid():
         return
-    child.requests.put(None)  # (its standard input closes after the requests before)
-    try:
-        child.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.process.kill()
-        child.process.wait()
+    if wait:
+        child.requests.put(None)  # (its standard input closes after the requests before)
+        try:
+            child.process.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    child.process.kill()
+    child.process.wait()
 
 
 def main():
