@@ -16,7 +16,7 @@ generated source, whether libm is vectorised and the loop parallel, and the argu
 (``numba_loops.request``). It writes one JSON reply a line: the request's key and whether it
 compiled. A child that cannot start or that dies fails every request still pending, and later
 ones fail at once. A failed request leaves its group to the in-process rule of ``ops.fused``.
-While it compiles the child takes a core, at the lowest priority, and while it lives ~150 MiB
+While it compiles the child takes a core, at the lowest priority, and while it lives ~170 MiB
 resident (Python, numpy, numba and LLVM). ``FLUIDTAPE_COMPILE_PROCESS=0`` switches it off:
 kernels then compile in the program, as before. It is also off where the kernel cache is off
 (the child could not hand the code over).
