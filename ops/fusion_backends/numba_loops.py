@@ -338,6 +338,8 @@ def request(expression, inputs, vectorised=True):
     """``(key, request)`` asking ``compile_process`` to compile ``expression``'s kernel for
     ``inputs`` (its arrays), or None where it cannot (an input that is not a numpy array, or
     no kernel cache to hand the machine code over)."""
+    if kernel_cache.directory() is None:
+        return None
     chunks, packing, source = _layout(expression)
     arguments = []
     for x in inputs:
@@ -351,8 +353,6 @@ def request(expression, inputs, vectorised=True):
     arguments += [
         _typed(np.dtype(w), len(shape) + 1) for shape, w, _, _ in _accumulators(expression)
     ]
-    if kernel_cache.directory() is None:
-        return None
     key = kernel_cache.key(source, vectorised)
     return key, {
         "source": source,
@@ -380,15 +380,21 @@ def compile_request(request):
     fused, cached = kernel_cache.function(request["source"], vectorised, kernel_globals(vectorised))
     if not cached:
         raise OSError("the kernel cache cannot be written: nothing to hand the code over")
-    loops = numba.njit(nogil=True, error_model="numpy", parallel=request["parallel"], cache=True)(
-        fused
-    )
+    loops = _jit(fused, parallel=request["parallel"], cache=True)
     types = tuple(
         numba.types.Array(numba.from_dtype(np.dtype(dtype)), ndim, layout, readonly=readonly)
         for dtype, ndim, layout, readonly in request["arguments"]
     )
     loops.compile(types)
     kernel_cache.mark_compiled(request["source"], vectorised)
+
+
+def _jit(fused, parallel, cache):
+    """numba's dispatcher of a generated ``fused``: one set of options for the program's compile
+    and the compile process's, so that the machine code one caches is what the other loads."""
+    import numba
+
+    return numba.njit(nogil=True, error_model="numpy", parallel=parallel, cache=cache)(fused)
 
 
 @functools.lru_cache(maxsize=256)
@@ -476,11 +482,10 @@ def compile(expression, xp, vectorised=True):  # noqa: A001  (every backend's en
     first call, for the inputs' layouts). ``vectorised``: exp and tanh from ``vecmath`` (branch
     free, so the loop vectorises; within a few ulp of numpy's) instead of numba's scalar libm
     calls. Large expressions run their outermost axis in ``chunks_for`` parallel chunks."""
-    import numba
 
     chunks, packing, source = _layout(expression)
     fused, cached = kernel_cache.function(source, vectorised, kernel_globals(vectorised))
-    loops = numba.njit(nogil=True, error_model="numpy", parallel=chunks > 1, cache=cached)(fused)
+    loops = _jit(fused, parallel=chunks > 1, cache=cached)
     unmarked = [cached]  # (whether the first run, which compiles, is still to be noted)
     alone = [
         (i, expression.step_shapes[expression.outputs[i]], np.dtype(expression.dtypes[i]))

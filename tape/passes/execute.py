@@ -77,15 +77,14 @@ def _general(xp, kind, kernel, attrs, ins, out, vals):
     results = kernel(xp, attrs, *args)
     if kind == SINGLE:
         results = (results,)
-    on_cpu = xp is np
     for spec, result in zip(out, results, strict=True):
         if spec is None:
             continue
         if spec.__class__ is int:
             vals[spec] = _array(xp, result)
-        else:  # (a fused group's outputs: many a call, so the test is inline)
+        else:
             for s, r in zip(spec, result, strict=True):
-                vals[s] = np.asarray(r) if on_cpu and r.__class__ is not _NDARRAY else r
+                vals[s] = _array(xp, r)
 
 
 def _array(xp, value):
