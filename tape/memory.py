@@ -269,8 +269,9 @@ def _slot_sizes(plan):
                 entry = (entry,)
             for slots, slot_name in zip(entry, slot_names):
                 found = names.get(slot_name, ())
-                for slot, name in zip(_slots(slots), found):
-                    if slot not in stubs:
+                listed = slots if slots.__class__ is tuple else _slots(slots)
+                for slot, name in zip(listed, found):  # (None: a result the plan never stores)
+                    if slot is not None and slot not in stubs:
                         var = block.vars[name]
                         count = int(np.prod(var.shape, dtype=np.int64))
                         sizes[slot] = count * np.dtype(var.dtype).itemsize

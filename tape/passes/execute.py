@@ -84,7 +84,8 @@ def _general(xp, kind, kernel, attrs, ins, out, vals):
             vals[spec] = _array(xp, result)
         else:
             for s, r in zip(spec, result, strict=True):
-                vals[s] = _array(xp, r)
+                if s is not None:  # (None: a result nothing reads)
+                    vals[s] = _array(xp, r)
 
 
 def _array(xp, value):

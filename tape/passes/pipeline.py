@@ -39,6 +39,7 @@ from tape.passes import (
     rematerialise,
     sibling_fusion,
 )
+from tape.passes.block_edits import remove_dead
 
 DEBUG = os.environ.get("FLUIDTAPE_DEBUG", "") not in ("", "0")
 # Elementwise fusion on (FLUIDTAPE_FUSION=0 switches it off, e.g. to compare).
@@ -109,6 +110,9 @@ def schedule(
     if not exact and batch:
         grouped = batch_groups.rewrite(block, keep, batch)
         if grouped is not block:
+            # A group reading an earlier result whole (a joined product's, not the rows its
+            # split made) leaves ops nothing reads: dropped, as batch_products drops its own.
+            grouped = remove_dead(grouped, keep)
             if debug:
                 _report("batch_groups", f"{len(block.ops)} ops -> {len(grouped.ops)} ops")
             block, deps = grouped, dependencies.analyse(grouped)

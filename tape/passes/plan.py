@@ -27,7 +27,7 @@ class Plan:
     ``instructions[i]`` is ``(kind, kernel, attrs, ins, out, free)``: for a FAST instruction
     (one output, one variable per input) ``ins`` is a tuple of slots and ``out`` a slot; otherwise
     ``ins`` has one entry per input slot (a slot, a tuple of slots or None) and ``out`` one per
-    output slot. ``meta[i]`` is ``(type, name, location)``. ``inputs`` are the slots that must
+    output slot (a tuple's entry is None for a result nothing reads: not stored). ``meta[i]`` is ``(type, name, location)``. ``inputs`` are the slots that must
     hold values before the run, ``produced`` those the run writes, ``freed`` those it frees,
     ``writeback`` those it writes and keeps, ``stubs`` the (slot, shape, dtype) stand-ins for
     buffer-free reads.
@@ -85,11 +85,14 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
             )
             for s in defn.input_slots
         )
+        # Results nothing reads, freed as soon as made (a batched group's rows that only the
+        # whole result is read as): a list output's entry for one is None, never stored.
+        unread = set(memory.free_after[index]).difference(op.input_names())
         outs = tuple(
             None
             if s not in op.outputs
             else (
-                tuple(slot_of[n] for n in op.outputs[s])
+                tuple(None if n in unread else slot_of[n] for n in op.outputs[s])
                 if s in defn.duplicable_outputs
                 else slot_of[op.outputs[s][0]]
             )
@@ -97,7 +100,10 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         )
         fast = defn.single_output and all(i.__class__ is int for i in ins)
         kind = FAST if fast else SINGLE if defn.single_output else MULTI
-        free = tuple(slot_of[name] for name in memory.free_after[index])
+        skipped = {
+            n for s in defn.duplicable_outputs for n in op.outputs.get(s, ()) if n in unread
+        }
+        free = tuple(slot_of[name] for name in memory.free_after[index] if name not in skipped)
         instructions.append(
             (kind, kernel_for(defn, xp, op.attrs), op.attrs, ins, outs[0] if fast else outs, free)
         )

@@ -60,6 +60,61 @@ def test_a_group_reads_an_earlier_groups_rows_without_gathering_them():
     assert tanh.inputs["X"] == product.outputs["Batched"]
 
 
+def _scheduled(block, keep):
+    from tape.passes import pipeline
+
+    program = Program()
+    program.blocks[0] = block
+    return pipeline.schedule(pipeline.analyse(program, keep), keep, batch="agenda")
+
+
+def _slots(compiled):
+    """A plan's slot per variable (the pruned block's order, as ``pipeline.schedule`` numbers)."""
+    return {
+        n: i for i, n in enumerate(compiled.analysis.analysis.pruned.program.global_block().vars)
+    }
+
+
+def test_a_joined_product_read_whole_leaves_no_split_and_stores_no_unread_rows():
+    """x_i @ W joined into one product (batch_products) whose result the batched tanh reads
+    whole: the split into the y_i is dropped; and the tanh's rows, which only the next group
+    reads (as a whole), are never stored."""
+    block = _per_example_block(examples=8)
+    for i in range(8):
+        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
+    block.append_op("sum", {"X": [f"u{i}" for i in range(8)]}, {"Out": ["squares"]})
+    compiled = _scheduled(block, ["squares"])
+    types = [op.type for op in compiled.analysis.block.ops]
+    assert "split" not in types and "matmul" in types
+    slot_of = _slots(compiled)
+    calls = [ins for ins in compiled.instructions if ins[2].get("op") == "tanh"]
+    ((_, _, _, _, (whole, rows), _),) = calls
+    assert whole is not None and rows == (None,) * 8  # (read whole by the sum's group)
+    values = _values(block)
+    vals = [None] * compiled.slots
+    for name, value in values.items():
+        if name in slot_of:
+            vals[slot_of[name]] = value
+    from tape.passes.execute import run
+
+    run(compiled, vals)
+    want = run_reference(block, dict(values))
+    np.testing.assert_allclose(vals[slot_of["squares"]], want["squares"], rtol=1e-12)
+
+
+def test_rows_the_caller_keeps_are_stored():
+    block = _per_example_block(examples=8)
+    for i in range(8):
+        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
+    block.append_op("sum", {"X": [f"u{i}" for i in range(8)]}, {"Out": ["squares"]})
+    compiled = _scheduled(block, ["squares", "t3"])
+    slot_of = _slots(compiled)
+    ((_, _, _, _, (_, rows), _),) = [
+        ins for ins in compiled.instructions if ins[2].get("op") == "tanh"
+    ]
+    assert rows[3] == slot_of["t3"] and rows.count(None) == 7
+
+
 def test_rows_in_another_order_are_gathered_in_one_copy():
     block = _per_example_block(examples=8)
     # (y_i + y_(i+3): one operand's rows cannot be consecutive in the group's order)
