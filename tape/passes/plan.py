@@ -27,10 +27,10 @@ class Plan:
     ``instructions[i]`` is ``(kind, kernel, attrs, ins, out, free)``: for a FAST instruction
     (one output, one variable per input) ``ins`` is a tuple of slots and ``out`` a slot; otherwise
     ``ins`` has one entry per input slot (a slot, a tuple of slots or None) and ``out`` one per
-    output slot (a tuple's entry is None for a result nothing reads: not stored). ``meta[i]`` is ``(type, name, location)``. ``inputs`` are the slots that must
-    hold values before the run, ``produced`` those the run writes, ``freed`` those it frees,
-    ``writeback`` those it writes and keeps, ``stubs`` the (slot, shape, dtype) stand-ins for
-    buffer-free reads.
+    output slot (a tuple's entry is None for a result nothing reads: not stored). ``meta[i]``
+    is ``(type, name, location)``. ``inputs`` are the slots that must hold values before the
+    run, ``produced`` those the run writes, ``freed`` those it frees, ``writeback`` those it
+    writes and keeps, ``stubs`` the (slot, shape, dtype) stand-ins for buffer-free reads.
     """
 
     instructions: tuple
@@ -100,9 +100,7 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         )
         fast = defn.single_output and all(i.__class__ is int for i in ins)
         kind = FAST if fast else SINGLE if defn.single_output else MULTI
-        skipped = {
-            n for s in defn.duplicable_outputs for n in op.outputs.get(s, ()) if n in unread
-        }
+        skipped = {n for s in defn.duplicable_outputs for n in op.outputs.get(s, ()) if n in unread}
         free = tuple(slot_of[name] for name in memory.free_after[index] if name not in skipped)
         instructions.append(
             (kind, kernel_for(defn, xp, op.attrs), op.attrs, ins, outs[0] if fast else outs, free)
