@@ -115,6 +115,35 @@ def test_rows_the_caller_keeps_are_stored():
     assert rows[3] == slot_of["t3"] and rows.count(None) == 7
 
 
+def test_a_join_of_earlier_groups_rows_is_one_gather_of_them():
+    """concat along axis 0 of 64 rows of two groups and 2 loose arrays: one gather from the
+    two groups' results and the loose arrays, reshaped to the concat's result (a concat of
+    66 pieces costs more, by the module's model, than a gather from 4 sources)."""
+    block = _per_example_block(examples=64)
+    for i in range(32):
+        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
+    block.create_var("loose0", (1, 4), "float64")
+    block.create_var("loose1", (1, 4), "float64")
+    pieces = [f"u{i}" for i in range(32)] + [f"t{i}" for i in range(32, 64)]
+    pieces += ["loose0", "loose1"]
+    block.append_op("concat", {"X": pieces}, {"Out": ["joined"]}, {"axis": 0})
+    batched = batch_groups.rewrite(block)
+    assert "concat" not in [op.type for op in batched.ops]
+    (reshape,) = [op for op in batched.ops if op.outputs.get("Out") == ["joined"]]
+    assert reshape.type == "reshape"
+    (gather,) = [op for op in batched.ops if op.outputs["Out"] == reshape.inputs["X"]]
+    assert gather.type == "gather_rows" and len(gather.inputs["X"]) == 4  # 2 results, 2 loose
+    _assert_same(block, batched, ["joined", "total"])
+
+
+def test_a_join_of_loose_arrays_stays_a_concat():
+    block = Program().global_block()
+    for i in range(16):
+        block.create_var(f"x{i}", (1, 4), "float64")
+    block.append_op("concat", {"X": [f"x{i}" for i in range(16)]}, {"Out": ["joined"]})
+    assert batch_groups.rewrite(block) is block
+
+
 def test_rows_in_another_order_are_gathered_in_one_copy():
     block = _per_example_block(examples=8)
     # (y_i + y_(i+3): one operand's rows cannot be consecutive in the group's order)
