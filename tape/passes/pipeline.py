@@ -6,7 +6,8 @@
 
 Rewrites of the pruned block (batching small products, ``batch_products``, first: a sum of
 products is one product, which autobatching would gather in pieces; autobatching groups of
-independent ops, ``batch_groups``; elementwise fusion,
+independent ops, ``batch_groups``, after which what no group reads any more is dropped, such as
+the split of a joined product whose rows a group reads whole; elementwise fusion,
 ``fusion``, then across fused groups: reading broadcast sources, recomputing cheap values in
 their readers, merging sibling groups) run when the plan is scheduled, because they must know
 which variables the caller keeps; the dependencies are rebuilt for the rewritten block and
