@@ -85,9 +85,9 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
             )
             for s in defn.input_slots
         )
-        # Results nothing reads, freed as soon as made (a batched group's rows that only the
-        # whole result is read as): a list output's entry for one is None, never stored.
-        unread = set(memory.free_after[index]).difference(op.input_names())
+        # A list output's results nothing reads, freed as soon as made (a batched group's rows
+        # that only the whole result is read as): None in ``out``, never stored nor freed.
+        unread = _unread_entries(defn, op, memory.free_after[index])
         outs = tuple(
             None
             if s not in op.outputs
@@ -100,8 +100,7 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         )
         fast = defn.single_output and all(i.__class__ is int for i in ins)
         kind = FAST if fast else SINGLE if defn.single_output else MULTI
-        skipped = {n for s in defn.duplicable_outputs for n in op.outputs.get(s, ()) if n in unread}
-        free = tuple(slot_of[name] for name in memory.free_after[index] if name not in skipped)
+        free = tuple(slot_of[name] for name in memory.free_after[index] if name not in unread)
         instructions.append(
             (kind, kernel_for(defn, xp, op.attrs), op.attrs, ins, outs[0] if fast else outs, free)
         )
@@ -132,6 +131,15 @@ def build(block, deps, memory, slot_of, slots, xp=np, analysis=None) -> Plan:
         analysis,
         random,
     )
+
+
+def _unread_entries(defn, op, freed_here):
+    """The names in ``op``'s list outputs that the memory plan frees right after it
+    (``freed_here``) and that it does not read itself: results no op reads."""
+    if not defn.duplicable_outputs or not freed_here:
+        return ()
+    freed = set(freed_here).difference(op.input_names())
+    return {n for s in defn.duplicable_outputs for n in op.outputs.get(s, ()) if n in freed}
 
 
 def _inputs(block, memory, slot_of):

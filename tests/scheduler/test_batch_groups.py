@@ -75,21 +75,28 @@ def _slots(compiled):
     }
 
 
+def _squared_block(examples=8):
+    """``_per_example_block`` with each tanh squared (a second group, which reads the tanh's
+    rows as a whole) and the squares summed into ``squares``."""
+    block = _per_example_block(examples=examples)
+    for i in range(examples):
+        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
+    block.append_op("sum", {"X": [f"u{i}" for i in range(examples)]}, {"Out": ["squares"]})
+    return block
+
+
 def test_a_joined_product_read_whole_leaves_no_split_and_stores_no_unread_rows():
     """x_i @ W joined into one product (batch_products) whose result the batched tanh reads
     whole: the split into the y_i is dropped; and the tanh's rows, which only the next group
     reads (as a whole), are never stored."""
-    block = _per_example_block(examples=8)
-    for i in range(8):
-        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
-    block.append_op("sum", {"X": [f"u{i}" for i in range(8)]}, {"Out": ["squares"]})
+    block = _squared_block()
     compiled = _scheduled(block, ["squares"])
     types = [op.type for op in compiled.analysis.block.ops]
     assert "split" not in types and "matmul" in types
     slot_of = _slots(compiled)
     calls = [ins for ins in compiled.instructions if ins[2].get("op") == "tanh"]
     ((_, _, _, _, (whole, rows), _),) = calls
-    assert whole is not None and rows == (None,) * 8  # (read whole by the sum's group)
+    assert whole is not None and rows == (None,) * 8  # (read whole by the squares' group)
     values = _values(block)
     vals = [None] * compiled.slots
     for name, value in values.items():
@@ -103,10 +110,7 @@ def test_a_joined_product_read_whole_leaves_no_split_and_stores_no_unread_rows()
 
 
 def test_rows_the_caller_keeps_are_stored():
-    block = _per_example_block(examples=8)
-    for i in range(8):
-        block.append_op("elementwise_mul", {"X": [f"t{i}"], "Y": [f"t{i}"]}, {"Out": [f"u{i}"]})
-    block.append_op("sum", {"X": [f"u{i}" for i in range(8)]}, {"Out": ["squares"]})
+    block = _squared_block()
     compiled = _scheduled(block, ["squares", "t3"])
     slot_of = _slots(compiled)
     ((_, _, _, _, (_, rows), _),) = [
