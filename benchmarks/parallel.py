@@ -44,6 +44,21 @@ def make_data(config, seed=0):
     return {"hs": hs, "params": ws}
 
 
+def _branch(h, w, layers):
+    """One branch forward and backward by hand: (its sum, the gradient of its W)."""
+    inputs, outputs = [], []
+    for _ in range(layers):
+        inputs.append(h)
+        h = np.tanh(h @ w)
+        outputs.append(h)
+    g, gw = np.ones_like(h), np.zeros_like(w)
+    for x, y in zip(reversed(inputs), reversed(outputs), strict=True):
+        g = g * (1 - y * y)
+        gw += x.T @ g
+        g = g @ w.T
+    return h.sum(), gw
+
+
 def setup_numpy(config, data):
     """The floor: each branch forward and backward by hand, in program order."""
     hs, ws = data["hs"], common.copies(data["params"])
@@ -52,19 +67,40 @@ def setup_numpy(config, data):
     def step():
         loss, grads = np.float32(0), []
         for h, w in zip(hs, ws, strict=True):
-            inputs, outputs = [], []
-            for _ in range(layers):
-                inputs.append(h)
-                h = np.tanh(h @ w)
-                outputs.append(h)
-            loss = loss + h.sum()
-            g, gw = np.ones_like(h), np.zeros_like(w)
-            for x, y in zip(reversed(inputs), reversed(outputs), strict=True):
-                g = g * (1 - y * y)
-                gw += x.T @ g
-                g = g @ w.T
+            total, gw = _branch(h, w, layers)
+            loss = loss + total
             grads.append(gw)
         return loss, grads
+
+    return step
+
+
+def setup_numpy_threads2(config, data):
+    """The ceiling of any thread pool here: the floor's branches split by hand over 2 threads
+    (the caller and one pooled helper, each taking every other branch), BLAS on one thread each,
+    with no scheduling at all. A lazy pool can at best match it."""
+    import concurrent.futures
+
+    from ops.blas import single_threaded
+
+    hs, ws = data["hs"], common.copies(data["params"])
+    layers, count = config["layers"], len(hs)
+    results = [None] * count
+    helper = concurrent.futures.ThreadPoolExecutor(1)
+
+    def half(first):
+        with single_threaded():
+            for b in range(first, count, 2):
+                results[b] = _branch(hs[b], ws[b], layers)
+
+    def step():
+        other = helper.submit(half, 1)
+        half(0)
+        other.result()
+        loss = np.float32(0)
+        for total, _ in results:
+            loss = loss + total
+        return loss, [gw for _, gw in results]
 
     return step
 
@@ -123,6 +159,7 @@ def setup_torch(config, data):
 
 IMPLEMENTATIONS = {
     "numpy": setup_numpy,
+    "numpy-threads2": setup_numpy_threads2,
     "fluidtape": _fluidtape(None),
     "fluidtape-lazy": _fluidtape(0),
     "fluidtape-threads2": _fluidtape(2),

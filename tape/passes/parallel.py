@@ -21,10 +21,11 @@ The pool is a candidate when ``threaded < MARGIN * sequential``: only where the 
 wins clearly. So a chain of any size runs in order (its critical path is all its work), as does
 any tape of small ops (the hand-off dominates), while 8 independent branches of 64x192 @ 192x192
 products are a candidate. A candidate plan's first runs are timed both ways (``TRIALS`` each,
-after ``SETTLE`` runs in order; ``Choice`` says in which order) and the pool kept only where
-its fastest run is below ``TRIAL_MARGIN`` times the fastest in order (noise only ever adds
-time), the trials repeated every ``RETRY`` runs: on a shared machine whose other processes keep
-the cores busy the pool loses, and then the plan runs in order. The constants were measured
+after ``SETTLE`` runs in order; ``Choice`` says in which order and when) and the pool kept only
+where its fastest run is below ``TRIAL_MARGIN`` times the fastest in order (noise only ever adds
+time), the trials repeated after ``RETRY`` runs and less often while their verdict holds: on a
+shared machine whose other processes keep the cores busy the pool loses, and then the plan runs
+in order. The constants were measured
 on the 2-core machine this was written on (numpy with OpenBLAS, float32): a 64x192 @ 192x192
 product ~60 us on one thread, ``tanh`` ~1.5 ns per element, ~2 us of Python per instruction in
 order and ~3 us more per instruction on the pool.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 MAC_SECONDS = 2.5e-11
 ELEMENT_SECONDS = 1.0e-9
@@ -52,7 +54,11 @@ SETTLE = 4
 # The pool must win its trials by this much: three runs each are noisy (+-10% here), and a
 # close call taken for the pool measured slower than in order in the run after it.
 TRIAL_MARGIN = 0.9
+# Seconds a run in order leaves BLAS threads spinning (OpenBLAS's default wait, measured ~0.1 s):
+# the pool's trials start only after.
+QUIET_SECONDS = 0.12
 RETRY = 500
+RETRY_MAX = 16000
 PRODUCTS = frozenset({"matmul", "mul"})
 
 
@@ -97,49 +103,77 @@ def estimate(plan, workers):
 
 class Choice:
     """``threads="auto"``'s state for one plan: the model's verdict and, where it nominates the
-    pool, timed trials of both ways that decide; the trials are repeated every ``RETRY`` runs,
+    pool, timed trials of both ways that decide; the trials come back after ``retry`` runs,
     since the load of a shared machine changes.
 
-    After ``SETTLE`` runs in order come ``TRIALS`` timed runs in order, one untimed run on the
-    pool, then ``TRIALS`` timed runs on the pool. Not interleaved: a run in order leaves the
-    BLAS threads of its products spinning for ~0.1 s, and a pool run right after one competed
-    with them for the 2 cores (interleaved trials measured the pool 1.4x slower than in order
-    on a graph where it then ran 1.3x faster)."""
+    A round of trials: ``SETTLE`` runs in order, ``TRIALS`` timed runs in order, untimed runs on
+    the pool until ``QUIET_SECONDS`` have passed since the last run in order (at least one), then
+    ``TRIALS`` timed runs on the pool. Not interleaved, and the quiet runs: a run in order leaves
+    the BLAS threads of its products spinning for ~0.1 s, and pool runs in that time competed
+    with them for the 2 cores (measured: pool trials of the ``parallel`` workload at 17-23 ms
+    right after runs in order, ~9 ms with nothing spinning). A round whose verdict repeats the
+    last one doubles the wait for the next (up to ``RETRY_MAX`` runs): a settled choice costs
+    ever fewer trials, while a changed verdict brings the wait back to ``RETRY``."""
 
-    __slots__ = ("workers", "candidate", "times", "chosen", "runs")
+    __slots__ = (
+        "workers",
+        "candidate",
+        "clock",
+        "times",
+        "chosen",
+        "verdict",
+        "runs",
+        "retry",
+        "quiet",
+        "warmed",
+    )
 
-    def __init__(self, workers, candidate):
-        self.workers, self.candidate = workers, candidate
-        self.times = {0: [], workers: []}
+    def __init__(self, workers, candidate, clock=time.perf_counter):
+        self.workers, self.candidate, self.clock = workers, candidate, clock
         self.chosen = 0  # program order until the trials say otherwise
-        self.runs = 0
+        self.verdict = None  # what the last round of trials chose
+        self.retry = RETRY
+        self._start_round()
+
+    def _start_round(self):
+        self.times = {0: [], self.workers: []}
+        self.runs = 0  # runs of this round so far
+        self.quiet = 0.0  # when the pool's trials may start (set by the last timed run in order)
+        self.warmed = False  # whether the pool ran untimed this round
 
     def next(self):
         """(workers for the next run, whether to time it for a trial)."""
         if not self.candidate:
             return 0, False
+        sequential, threaded = self.times[0], self.times[self.workers]
+        if len(threaded) == TRIALS:  # the round is decided: the chosen way until the next
+            self.runs += 1
+            if self.runs > self.retry:
+                self._start_round()
+            else:
+                return self.chosen, False
         self.runs += 1
-        if self.runs > RETRY:
-            self.runs = 1
-            self.times = {0: [], self.workers: []}
-        trial = self.runs - SETTLE  # (a plan's first runs fault in its buffers: not timed)
-        if trial <= 0:
+        if self.runs <= SETTLE:  # (a plan's first runs fault in its buffers: not timed)
             return 0, False
-        if trial <= TRIALS:
+        if len(sequential) < TRIALS:
             return 0, True
-        if trial == TRIALS + 1:
-            return self.workers, False  # (the pool's settling run, see the class docstring)
-        if trial <= 2 * TRIALS + 1:
-            return self.workers, True
-        return self.chosen, False
+        if not self.warmed or self.clock() < self.quiet:
+            self.warmed = True
+            return self.workers, False  # (BLAS threads of the runs in order still spin)
+        return self.workers, True
 
     def record(self, workers, seconds):
         times = self.times[workers]
         times.append(seconds)
         sequential, threaded = self.times[0], self.times[self.workers]
-        if len(sequential) == len(threaded) == TRIALS:
+        if workers == 0 and len(sequential) == TRIALS:
+            self.quiet = self.clock() + QUIET_SECONDS
+        if len(threaded) == TRIALS:
             faster = min(threaded) < TRIAL_MARGIN * min(sequential)
-            self.chosen = self.workers if faster else 0
+            chosen = self.workers if faster else 0
+            self.retry = min(2 * self.retry, RETRY_MAX) if chosen == self.verdict else RETRY
+            self.chosen = self.verdict = chosen
+            self.runs = 0
 
 
 def choose(plan, workers=None):

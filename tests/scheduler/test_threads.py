@@ -2,6 +2,7 @@
 worker's failure reaches the user naming the op and the line that recorded it, and
 ``threads="auto"`` keeps small graphs in program order (``tape.passes.parallel``)."""
 
+import math
 import threading
 
 import numpy as np
@@ -207,35 +208,82 @@ def test_the_model_nominates_wide_independent_products_but_not_a_chain_of_them()
     assert threaded >= sequential and not parallel.choose(deep, workers=2).candidate
 
 
-def test_a_nominated_plan_keeps_the_faster_way_its_trials_measured():
-    choice = parallel.Choice(2, candidate=True)
+class _Clock:
+    """A clock the test moves by hand (``Choice`` reads it to let BLAS threads go quiet)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _round(choice, clock, seconds):
+    """Runs one round of trials, each run taking ``seconds[workers]``: the (workers, timed)
+    sequence of the round after its settling runs."""
+    for _ in range(parallel.SETTLE):
+        assert choice.next() == (0, False)
+        clock.now += seconds[0]
     order = []
+    while len(choice.times[choice.workers]) < parallel.TRIALS:
+        workers, trial = choice.next()
+        order.append((workers, trial))
+        clock.now += seconds[workers]
+        if trial:
+            choice.record(workers, seconds[workers])
+    return order
+
+
+def test_a_nominated_plan_keeps_the_faster_way_its_trials_measured():
+    clock = _Clock()
+    choice = parallel.Choice(2, candidate=True, clock=clock)
     for seconds in {0: 0.010, 2: 0.006}, {0: 0.010, 2: 0.015}:
-        choice.runs = parallel.RETRY  # the next run starts afresh: settling runs, then trials
-        for _ in range(parallel.SETTLE):
-            assert choice.next() == (0, False)
-        for _ in range(2 * parallel.TRIALS + 1):
-            workers, trial = choice.next()
-            order.append((workers, trial))
-            if trial:
-                choice.record(workers, seconds[workers])
+        order = _round(choice, clock, seconds)
         faster = min(seconds, key=seconds.get)
-        assert choice.next() == (faster, False)
-    # In order first, then the pool after an untimed run of its own (not interleaved: a run in
-    # order leaves its BLAS threads spinning into the next run).
-    trials = parallel.TRIALS
-    assert order[: 2 * trials + 1] == [(0, True)] * trials + [(2, False)] + [(2, True)] * trials
+        for _ in range(choice.retry):  # the chosen way, untimed, until the next round
+            assert choice.next() == (faster, False)
+        # In order first, then the pool untimed until the BLAS threads the runs in order woke
+        # have gone quiet (not interleaved: they spin into the next runs), then the pool timed.
+        trials, quiet = parallel.TRIALS, math.ceil(parallel.QUIET_SECONDS / seconds[2])
+        assert order == [(0, True)] * trials + [(2, False)] * quiet + [(2, True)] * trials
+
+
+def test_the_pool_runs_untimed_at_least_once_even_after_a_pause():
+    clock = _Clock()
+    choice = parallel.Choice(2, candidate=True, clock=clock)
+    for _ in range(parallel.SETTLE + parallel.TRIALS):
+        workers, trial = choice.next()
+        if trial:
+            choice.record(workers, 0.01)
+    clock.now += 10.0  # (the user paused: nothing spins any more)
+    assert choice.next() == (2, False)  # (the pool's own first run: waking its threads)
+    assert choice.next() == (2, True)
+
+
+def test_trials_come_back_less_often_while_their_verdict_holds():
+    clock = _Clock()
+    choice = parallel.Choice(2, candidate=True, clock=clock)
+    in_order_wins = {0: 0.010, 2: 0.015}
+    _round(choice, clock, in_order_wins)
+    assert choice.retry == parallel.RETRY  # (the first verdict: program order, as before)
+    waits = []
+    for _ in range(3):
+        for _ in range(choice.retry):
+            choice.next()
+        _round(choice, clock, in_order_wins)
+        waits.append(choice.retry)
+    assert waits == [2 * parallel.RETRY, 4 * parallel.RETRY, 8 * parallel.RETRY]
+    for _ in range(choice.retry):
+        choice.next()
+    _round(choice, clock, {0: 0.010, 2: 0.005})  # the load changed: the pool wins now
+    assert choice.chosen == 2 and choice.retry == parallel.RETRY
 
 
 def test_the_pool_must_win_its_trials_clearly():
-    choice = parallel.Choice(2, candidate=True)
+    clock = _Clock()
+    choice = parallel.Choice(2, candidate=True, clock=clock)
     in_order = 0.010
-    for _ in range(parallel.SETTLE):
-        choice.next()
-    for _ in range(2 * parallel.TRIALS + 1):
-        workers, trial = choice.next()
-        if trial:
-            choice.record(workers, in_order if workers == 0 else 0.96 * in_order)
+    _round(choice, clock, {0: in_order, 2: 0.96 * in_order})
     assert choice.next() == (0, False)  # 4% faster: within the trials' noise, kept in order
 
 
