@@ -6,7 +6,8 @@ independent chains joined only by the loss: on 2 cores, ``tape.lazy(threads=2)``
 program order (``threads=0``) by 1.5x, and the default ``threads="auto"`` (the cost model of
 ``tape.passes.parallel``) should never lose to it.
 
-Implementations: the numpy floor (hand-written backward, program order), fluidtape eager,
+Implementations: the numpy floor (hand-written backward, program order), its branches split
+by hand over 2 threads (``numpy-threads2``: the ceiling of any pool), fluidtape eager,
 lazy in program order (``fluidtape-lazy``), lazy on 2 threads and lazy with ``threads="auto"``,
 PyTorch eager (its intra-op threads).
 """
