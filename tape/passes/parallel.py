@@ -145,17 +145,15 @@ class Choice:
         """(workers for the next run, whether to time it for a trial)."""
         if not self.candidate:
             return 0, False
-        sequential, threaded = self.times[0], self.times[self.workers]
-        if len(threaded) == TRIALS:  # the round is decided: the chosen way until the next
-            self.runs += 1
-            if self.runs > self.retry:
-                self._start_round()
-            else:
-                return self.chosen, False
         self.runs += 1
+        if len(self.times[self.workers]) == TRIALS:  # decided: the chosen way until the next round
+            if self.runs <= self.retry:
+                return self.chosen, False
+            self._start_round()
+            self.runs = 1
         if self.runs <= SETTLE:  # (a plan's first runs fault in its buffers: not timed)
             return 0, False
-        if len(sequential) < TRIALS:
+        if len(self.times[0]) < TRIALS:
             return 0, True
         if not self.warmed or self.clock() < self.quiet:
             self.warmed = True
