@@ -170,3 +170,23 @@ def test_pooled_kernels_give_what_unpooled_ones_give():
     for got in pooled:
         for a, b in zip(got, plain, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_large_concat_writes_a_reused_buffer_and_keeps_held_results():
+    """The joins of a weight's gradient product (``concat`` of a step's activations) reuse
+    the pool's arrays across steps, give what numpy's concatenate gives, and never overwrite
+    a result still held."""
+    rng = np.random.default_rng(2)
+    pieces = [rng.standard_normal((64, 192)).astype(np.float32) for _ in range(6)]
+    join = ops.shape.concat.kernel
+    held = join(np, {"axis": 0}, pieces)
+    np.testing.assert_array_equal(held, np.concatenate(pieces))
+    address = _address(held)
+    again = join(np, {"axis": -2}, pieces[::-1])  # (held: another array)
+    assert _address(again) != address
+    np.testing.assert_array_equal(held, np.concatenate(pieces))
+    np.testing.assert_array_equal(again, np.concatenate(pieces[::-1]))
+    del held
+    assert _address(join(np, {"axis": 0}, pieces)) == address  # (free again: reused)
+    mixed = [pieces[0], pieces[1].astype(np.float64)]  # (other dtypes: numpy's promotion)
+    assert join(np, {"axis": 1}, mixed).dtype == np.float64
