@@ -32,11 +32,7 @@ ops make ~0.2 us (``FUSED_US``: the fusion pass makes it a step of their fused k
 ``batched_call`` ~5 us (``CALL_US``), a
 ``gather_rows`` ~5 us (``GATHER_US``) plus ~0.3 us per whole array it places (``WHOLE_US``),
 a ``concat`` ~0.4 us a piece (``JOIN_US``), and reading an earlier group's consecutive rows
-nothing. A gather also copies its operands: ~0.025 us per KiB (``COPY_US_PER_KIB``; measured
-10.4 us for eight 64x192 float32 arrays, 40 us for eight 128x512), which is nothing for the
-vectors of a per-example model but decides for large operands: the ``parallel`` benchmark's
-eight 64x192 ``tanh`` of a layer cost 28 us one by one and 21 us batched plus 11 us of gather,
-so they run unbatched (and stay independent for a thread pool). So a group of three sums of eight
+nothing. So a group of three sums of eight
 gradient terms (eight gathers) runs unbatched, and so do the 600 gradient terms of the
 ``scaling`` chain's one parameter (they fuse), while 25 products with a shared weight (one
 gather) batch, and so does the ``tanh`` of their rows. The interpreted tier's threshold
@@ -49,16 +45,12 @@ O(n log n) in the block's length, once per plan.
 from __future__ import annotations
 
 import itertools
-import math
-
-import numpy as np
 
 from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import autobatch
 
 MEMBER_US, FUSED_US, CALL_US, GATHER_US, WHOLE_US, JOIN_US = 2.0, 0.2, 5.0, 5.0, 0.3, 0.4
-COPY_US_PER_KIB = 0.025
 
 
 class _Var:
@@ -308,9 +300,7 @@ class _Emitter:
         places = [self.rows.get(n) for n in names]
         if self._consecutive(places):
             return 0.0
-        member = self.var(names[0])
-        kib = len(names) * math.prod(member.shape) * np.dtype(member.dtype).itemsize / 1024
-        return GATHER_US + WHOLE_US * sum(p is None for p in places) + COPY_US_PER_KIB * kib
+        return GATHER_US + WHOLE_US * sum(p is None for p in places)
 
     @staticmethod
     def _consecutive(places):

@@ -185,29 +185,6 @@ def test_groups_too_small_to_pay_for_their_gathers_stay_unbatched():
     assert batch_groups.rewrite(block) is block
 
 
-def _loose_tanh_block(examples, shape):
-    """Per example ``tanh(x_i)`` of an input array of ``shape`` (nothing batched before it),
-    then their sum."""
-    block = Program().global_block()
-    for i in range(examples):
-        block.create_var(f"x{i}", shape, "float32")
-    for i in range(examples):
-        block.append_op("tanh", {"X": [f"x{i}"]}, {"Out": [f"t{i}"]})
-    block.append_op("sum", {"X": [f"t{i}" for i in range(examples)]}, {"Out": ["total"]})
-    return block
-
-
-def test_a_gather_pays_for_the_bytes_it_copies():
-    """Eight tanh of loose arrays: gathered into one call where they are small vectors, left
-    one by one where copying them costs more than the seven calls saved (the ``parallel``
-    benchmark's 64x192 activations: batch_groups.COPY_US_PER_KIB)."""
-    small = _loose_tanh_block(8, (1, 64))
-    batched = batch_groups.rewrite(small)
-    assert [op.attrs["count"] for op in batched.ops if op.type == "batched_call"] == [8]
-    large = _loose_tanh_block(8, (64, 192))
-    assert batch_groups.rewrite(large) is large
-
-
 def test_a_write_over_a_variable_read_before_is_a_barrier():
     block = _per_example_block(examples=8)
     # y1, read by a tanh, is written again after the sum: no op may move across that write
