@@ -7,7 +7,8 @@ and dropped per step), one implementation per process: page faults were half of 
 step, for numpy as for fluidtape (eager fluidtape 19-21 ms a step before this pool, 11-12 ms
 with it; numpy 17-22). cupy's memory pool spares the GPU this; this module does the same for the
 kernels that make the largest arrays (convolutions, pooling, binary arithmetic, negation, relu,
-tanh, sigmoid and their gradients, softmax cross-entropy, optimizer updates, fused kernels):
+tanh, sigmoid and their gradients, softmax cross-entropy, optimizer updates, fused kernels,
+large concatenations):
 ``empty`` hands out an array of at least ``MIN_BYTES`` that no one uses any more, of the same
 shape and dtype, before it allocates a new one.
 
