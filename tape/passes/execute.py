@@ -23,7 +23,7 @@ import numpy as np
 from ops import thread_pools
 from ops.blas import single_threaded
 from ops.registry import REGISTRY
-from tape import instrument
+from tape import instrument, tier_choice
 from tape.errors import ExecutionError, FluidError
 from tape.passes import parallel
 from tape.passes.plan import FAST, SINGLE
@@ -37,6 +37,12 @@ def run(plan, vals, threads=0):
     if threads == "auto":
         choice = parallel.choose(plan)
         threads, trial = choice.next()
+        if threads != choice.chosen:
+            # A trial of the way not chosen: not what a warm step of this plan costs, so the
+            # step is not timed for the plan's tier (measured: pool trials that lost made the
+            # plan look dearer than the eager way, and 400 steps of the `parallel` benchmark
+            # ran eagerly at 10 ms instead of their plan's 7).
+            tier_choice.cold()
         if trial:
             started = time.perf_counter()
             run(plan, vals, threads)

@@ -287,6 +287,40 @@ def test_the_pool_must_win_its_trials_clearly():
     assert choice.next() == (0, False)  # 4% faster: within the trials' noise, kept in order
 
 
+class _Trying:
+    """A Choice stand-in: the plan runs in order (``chosen``), the next run is ``way``."""
+
+    def __init__(self, chosen, way):
+        self.chosen, self.way = chosen, way
+
+    def next(self):
+        return self.way, False
+
+
+@pytest.mark.parametrize(
+    "chosen, way, timed_for_its_tier",
+    [(0, 0, True), (2, 2, True), (0, 2, False), (2, 0, False)],
+)
+def test_a_trial_of_the_way_not_chosen_is_not_timed_as_the_plans_tier(
+    monkeypatch, chosen, way, timed_for_its_tier
+):
+    """A step whose plan ran the other way for ``threads="auto"``'s trials is not what a warm
+    step of the plan costs: it must not make the plan look dearer than the eager way
+    (``tape.tier_choice``). The plan's chosen way is its steady state and is timed."""
+    from tape import tier_choice
+
+    x = tape.Variable(np.ones((4, 4), np.float32))
+    plan = _plan_of(lambda: [x @ x, (x * 2.0) @ x])  # (instructions the pool could share)
+    ran = []
+    monkeypatch.setattr(parallel, "choose", lambda plan: _Trying(chosen, way))
+    monkeypatch.setattr(execute, "run_sequential", lambda plan, vals: ran.append(0))
+    monkeypatch.setattr(execute, "run_threaded", lambda plan, vals, n: ran.append(n))
+    before = tier_choice._COLD[0]
+    execute.run(plan, [], "auto")
+    assert ran == [way]
+    assert (tier_choice._COLD[0] == before) is timed_for_its_tier
+
+
 def test_threads_must_be_a_count_or_auto_which_is_the_default():
     with pytest.raises(ValueError):
         tape.lazy(threads="many")
