@@ -233,7 +233,7 @@ def concat(xp, attrs, xs):
 
     A large result is written into a reused buffer (``ops.buffers``): the joins of a weight's
     gradient product (``batch_products``) made 16 fresh 288 KiB arrays a step on the
-    ``parallel`` benchmark and page-faulted each in again, ~70 us a concat against ~8 us."""
+    ``parallel`` benchmark and page-faulted each in again: ~70 us a concat, ~20 us pooled."""
     axis = attrs["axis"]
     first = xs[0] if xs else None
     if first.__class__ is np.ndarray and first.nbytes * len(xs) >= buffers.MIN_BYTES:

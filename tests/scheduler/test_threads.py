@@ -288,7 +288,7 @@ def test_the_pool_must_win_its_trials_clearly():
 
 
 class _Trying:
-    """A Choice stand-in: the plan runs in order (``chosen``), the next run is ``way``."""
+    """A Choice stand-in whose chosen way is ``chosen`` and whose next run is ``way``."""
 
     def __init__(self, chosen, way):
         self.chosen, self.way = chosen, way
