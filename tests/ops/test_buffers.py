@@ -4,6 +4,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import layers
 import ops
@@ -190,3 +192,25 @@ def test_a_large_concat_writes_a_reused_buffer_and_keeps_held_results():
     assert _address(join(np, {"axis": 0}, pieces)) == address  # (free again: reused)
     mixed = [pieces[0], pieces[1].astype(np.float64)]  # (other dtypes: numpy's promotion)
     assert join(np, {"axis": 1}, mixed).dtype == np.float64
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    pieces=st.integers(1, 4),
+    axis=st.integers(-3, 2),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    layout=st.sampled_from(["C", "F", "reversed"]),
+)
+def test_a_pooled_concat_equals_numpys_for_any_axis_and_layout(pieces, axis, dtype, layout):
+    """Large joins (pooled) along every axis, of contiguous, Fortran-ordered or negatively
+    strided pieces, as numpy joins them."""
+    rng = np.random.default_rng(pieces)
+    shape = (24, 40, 96)  # 92,160 elements a piece: every join is at least MIN_BYTES
+    xs = [rng.standard_normal(shape).astype(dtype) for _ in range(pieces)]
+    if layout == "F":
+        xs = [np.asfortranarray(x) for x in xs]
+    elif layout == "reversed":
+        xs = [x[::-1, :, ::-1] for x in xs]
+    got = ops.shape.concat.kernel(np, {"axis": axis}, xs)
+    np.testing.assert_array_equal(got, np.concatenate(xs, axis=axis))
+    assert got.dtype == dtype and got.flags.c_contiguous
