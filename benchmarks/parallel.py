@@ -80,14 +80,13 @@ def setup_numpy_threads2(config, data):
     """The ceiling of any thread pool here: the floor's branches split by hand over 2 threads
     (the caller and one pooled helper, each taking every other branch), BLAS on one thread each,
     with no scheduling at all. A lazy pool can at best match it."""
-    import concurrent.futures
-
+    from ops import thread_pools
     from ops.blas import single_threaded
 
     hs, ws = data["hs"], common.copies(data["params"])
     layers, count = config["layers"], len(hs)
     results = [None] * count
-    helper = concurrent.futures.ThreadPoolExecutor(1)
+    helper = thread_pools.pool("benchmark-floor", 1)  # (one per process, however many setups)
 
     def half(first):
         with single_threaded():

@@ -120,7 +120,6 @@ class Choice:
         "candidate",
         "clock",
         "times",
-        "chosen",
         "verdict",
         "runs",
         "retry",
@@ -130,10 +129,14 @@ class Choice:
 
     def __init__(self, workers, candidate, clock=time.perf_counter):
         self.workers, self.candidate, self.clock = workers, candidate, clock
-        self.chosen = 0  # program order until the trials say otherwise
-        self.verdict = None  # what the last round of trials chose
+        self.verdict = None  # what the last round of trials chose (None: no round yet)
         self.retry = RETRY
         self._start_round()
+
+    @property
+    def chosen(self):
+        """The way the plan runs outside trials: the last verdict, program order before one."""
+        return self.verdict or 0
 
     def _start_round(self):
         self.times = {0: [], self.workers: []}
@@ -170,7 +173,7 @@ class Choice:
             faster = min(threaded) < TRIAL_MARGIN * min(sequential)
             chosen = self.workers if faster else 0
             self.retry = min(2 * self.retry, RETRY_MAX) if chosen == self.verdict else RETRY
-            self.chosen = self.verdict = chosen
+            self.verdict = chosen
             self.runs = 0
 
 
