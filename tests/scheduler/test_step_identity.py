@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import layers
 import ops
 import tape
 from ops.registry import REGISTRY
@@ -137,11 +138,51 @@ def test_a_tape_whose_ops_share_an_argument_tuple_is_numbered_not_matched():
         tape.reset_global_tape()
 
 
-def test_no_recipe_is_learnt_where_an_op_has_several_outputs():
+def _cell_step(steps=2, stacked=True):
+    """An LSTM-like step: ops with several outputs (softmax cross-entropy, dropout) and a list
+    input (stack) of ``steps`` entries; returns (tape, loss)."""
+    t = tape.reset_global_tape()
+    x, p = tape.Variable(X), tape.Variable(P, requires_grad=True)
+    hs = []
+    h = x
+    for _ in range(steps):
+        h = ops.tanh(h * p)
+        hs.append(ops.dropout(h, dropout_prob=0.25)[0])
+    joined = ops.stack(hs, axis=0) if stacked else ops.concat(hs, axis=0)
+    label = tape.Variable(np.zeros((3 * steps, 1), np.int64))
+    _, loss = ops.softmax_with_cross_entropy(joined.reshape(-1, 4), label)
+    return t, ops.mean(loss)
+
+
+def test_a_recipe_covers_ops_with_several_outputs_and_list_inputs():
+    """Softmax cross-entropy's and dropout's two outputs, a stack's list: the recipe matches the
+    same step, giving the numbering's Variables, and not a step whose list is longer or whose
+    list op is another."""
+    with tape.lazy():
+        t, loss = _cell_step()
+        key, numbering, variables, slot = _key(t, loss)
+        recipe = Recipe.learn(t._ops, numbering, variables, slot)
+        assert recipe is not None
+        del variables
+        for steps, stacked in ((2, True), (3, True), (2, False)):
+            t, loss = _cell_step(steps, stacked)
+            matched = recipe.match(t._ops, loss)
+            other, numbering, numbered, _ = _key(t, loss)
+            assert (matched is not None) == (other == key) == (steps == 2 and stacked)
+            if matched is not None:
+                assert all(a is b for a, b in zip(matched, numbered, strict=True))
+                assert numbering.refs == recipe.refs
+            del matched, numbered
+        tape.reset_global_tape()
+
+
+def test_no_recipe_is_learnt_where_an_op_updates_an_input_in_place():
+    """A batch norm layer's running statistics are outputs bound to its inputs (not new
+    Variables): the check covers new outputs only, so such a step is numbered."""
+    norm = layers.BatchNorm(4)
     with tape.lazy():
         t = tape.reset_global_tape()
-        x = tape.Variable(X, requires_grad=True)
-        loss = ops.dropout(x, dropout_prob=0.5)[0].sum()
+        loss = norm(tape.Variable(X, requires_grad=True)).sum()
         _, numbering, variables, slot = _key(t, loss)
         assert Recipe.learn(t._ops, numbering, variables, slot) is None
         tape.reset_global_tape()
@@ -220,7 +261,7 @@ def test_a_step_of_the_same_sketch_but_another_structure_is_numbered_and_correct
 
 # -- random steps -------------------------------------------------------------------------------
 
-_STEPS = ("add", "mul", "tanh", "square", "sum rows", "sum cols", "no grad add")
+_STEPS = ("add", "mul", "tanh", "square", "sum rows", "sum cols", "no grad add", "stack", "dropout")
 
 
 def _random_program(draw):
@@ -255,7 +296,7 @@ def _record_program(program):
     ]
     for kind, a, b in steps:
         x, y = values[a % len(values)], values[b % len(values)]
-        if kind in ("add", "mul", "no grad add") and x.shape != y.shape:
+        if kind in ("add", "mul", "no grad add", "stack") and x.shape != y.shape:
             y = x
         if kind == "add":
             values.append(x + y)
@@ -268,6 +309,10 @@ def _record_program(program):
         elif kind == "no grad add":
             with tape.no_grad():
                 values.append(x + y)
+        elif kind == "stack":  # (a list input: one entry or two)
+            values.append(ops.stack([x] if a == b else [x, y], axis=0))
+        elif kind == "dropout":  # (two outputs)
+            values.append(ops.dropout(x, dropout_prob=0.5)[a % 2])
         else:
             values.append(ops.reduce_sum(x, axis=0 if kind == "sum cols" else -1, keepdim=True))
     return t, values[-1].sum()
@@ -284,7 +329,7 @@ def test_random_steps_match_their_recipe_exactly_where_their_keys_are_equal(data
         t, loss = _record_program(first)
         key, numbering, variables, slot = _key(t, loss)
         recipe = Recipe.learn(t._ops, numbering, variables, slot)
-        assert recipe is not None  # (one output each, Variable inputs, plain attributes)
+        assert recipe is not None  # (new outputs, Variable or list inputs, plain attributes)
         del variables
         t, loss = _record_program(second)
         matched = recipe.match(t._ops, loss)

@@ -85,9 +85,9 @@ def test_a_repeated_step_records_no_gradient_op_and_gives_eager_modes_values():
     assert (ops_left, pending) == (0, 0)
     assert getattr(t, "_eager_way", None) is None
     assert "plan cache:" in tape.explain(t)
-    # (dropout's two outputs leave the step without a recipe: tape.step_identity)
+    # (dropout's two outputs are covered by the forward's recipe: tape.step_identity)
     assert "ran whole at its backward" in tape.explain(t)
-    assert "recognised by its numbering" in tape.explain(t)
+    assert "recognised by its recipe" in tape.explain(t)
 
 
 def test_gradients_are_eager_modes_bit_for_bit_under_exact():
