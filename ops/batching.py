@@ -33,6 +33,12 @@ class Rule:
     min_group = None  # the fewest members worth a batched call, if fewer than the schedule's
     shapes_in_attrs = False  # whether the op's attributes fix its inputs' shapes and dtypes
 
+    @staticmethod
+    def fixed_inputs(attrs):
+        """How many of the op's last inputs its attributes fix (the same Variables in every op
+        with these attributes), for a rule with ``shapes_in_attrs``: a signature skips them."""
+        return 0
+
     def accepts(self, attrs, shapes, each):
         return any(each)
 

@@ -721,6 +721,14 @@ class _Call(batching.Rule):
     # inputs are shared, tape.passes.autobatch)
     shapes_in_attrs = True
 
+    @staticmethod
+    def fixed_inputs(attrs):
+        """The program's parameters, which ``tape.traced`` passes after a call's arguments
+        (its calls carry the program's own attributes; a call made otherwise may pass other
+        Variables there: none fixed)."""
+        fn = attrs["fn"]
+        return len(fn.captured) if attrs is fn.attrs else 0
+
     def accepts(self, attrs, shapes, each):
         return attrs["fn"].__class__ is Program and any(each)
 

@@ -9,10 +9,12 @@ backward batches the same way.
 
 Signature: the op type, its attributes, and per input either the per-example shape and dtype or,
 for a *shared* input (a parameter: persistable, or a leaf requiring a gradient), the variable
-itself. Random, side-effecting and in-place ops are never batched. Random ops keep their order
-among themselves (each depends on the one before), so they draw what eager mode draws and
-``tape.seed(n)`` stays reproducible; side-effecting and in-place ops act as barriers: the ops
-recorded before one run before it, the ops after it after it.
+itself (a traced call: its program, which fixes its inputs' shapes, and which of its
+arguments are shared; not the parameters the program passes after them, the same in every
+call: ``Rule.fixed_inputs``). Random, side-effecting and in-place ops are never batched.
+Random ops keep their order among themselves (each depends on the one before), so they draw
+what eager mode draws and ``tape.seed(n)`` stays reproducible; side-effecting and in-place ops
+act as barriers: the ops recorded before one run before it, the ops after it after it.
 
 Scheduling, per segment between barriers, in linear scans (tape order is topological):
 
@@ -292,6 +294,7 @@ class _Signatures:
         self.kinds = {}  # defn -> its rule, or None: the op never batches
         self.fixed = set()  # defns whose attributes fix their inputs' shapes (shapes_in_attrs)
         self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
+        self.tails = {}  # id(attrs) -> how many last inputs the attributes fix (fixed_inputs)
         self.known = {}  # (defn, attribute key, inputs) -> signature
         self.rules, self.counts, self.bailed = [], [], 0
 
@@ -299,6 +302,7 @@ class _Signatures:
         """The signatures of ops[start:stop], counted (in ``counts``) afresh."""
         self.counts = counts = [0] * len(self.rules)
         kinds, attr_keys, known, fixed = self.kinds, self.attr_keys, self.known, self.fixed
+        tails = self.tails
         keys = []
         append = keys.append
         for op in ops[start:stop]:
@@ -325,10 +329,15 @@ class _Signatures:
                 append(-1)
                 continue
             # One flat tuple: per input (id, None) if shared, else (shape, dtype); only the
-            # id or None where the attributes fix the inputs' shapes (a traced call's program).
+            # id or None where the attributes fix the inputs' shapes (a traced call's program),
+            # and nothing for the last inputs they fix outright (the program's parameters: the
+            # same Variables in every call, so their entries would be the same in every key).
             parts = [defn, akey]
             if defn in fixed:
-                for var in args:
+                tail = tails.get(id(attrs))
+                if tail is None:
+                    tail = tails[id(attrs)] = rule.fixed_inputs(attrs)
+                for var in args[: len(args) - tail] if tail else args:
                     shared_var = var.persistable or (var._leaf and var.requires_grad)
                     parts.append(id(var) if shared_var else None)
             else:

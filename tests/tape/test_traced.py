@@ -277,6 +277,31 @@ def test_calls_group_by_program_and_which_parameters_they_are_passed():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_a_call_made_by_hand_with_other_parameters_is_not_grouped_with_traced_calls():
+    """A traced call's signature leaves out the parameters its program passes after the
+    arguments (the same Variables in every traced call); a call of the same program made by
+    hand may pass others there, so it is keyed by them, runs in a group of its own and reads
+    them."""
+    call = importlib.import_module("ops.call").call
+    rng = np.random.default_rng(0)
+    w, w2 = (tape.Variable(rng.standard_normal((3, 3)), requires_grad=True) for _ in range(2))
+    f = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)))
+    xs = [rng.standard_normal(3) for _ in range(8)]
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        outs = [f(tape.Variable(x) * 1.0) for x in xs[:4]]
+        program = f.program_for(tape.Variable(xs[0]))
+        outs += [call([tape.Variable(x) * 1.0, w2], fn=program)[0] for x in xs[4:]]
+        tape.backward(ops.stack([o.sum() for o in outs]).sum())
+        values = [o.numpy() for o in outs]
+    _, groups, _ = tape.get_global_tape()._last_autobatch
+    assert sorted(size for kind, size, *_ in groups if kind.startswith("call")) == [4, 4]
+    for k, (value, x) in enumerate(zip(values, xs, strict=True)):
+        np.testing.assert_allclose(value, np.tanh(x @ (w if k < 4 else w2).numpy()), rtol=1e-12)
+    want = sum(np.outer(x, 1 - np.tanh(x @ w2.numpy()) ** 2) for x in xs[4:])
+    np.testing.assert_allclose(w2.grad().numpy(), want, rtol=1e-12)
+
+
 def test_the_generated_vectorised_run_equals_the_plan_interpreted_step_by_step():
     """On numpy a vectorised plan runs as one generated function, most rules' steps inline
     (reshapes, reductions, slices, concatenations, sums, products with a shared weight, the
