@@ -35,6 +35,7 @@ from tape.trace import module_of
 from tape.variable import Variable
 
 _PLAIN = (int, float, bool, str, bytes, type(None))
+_LEAF = -1  # (a leaf's place in ``Recipe.learn``, until every output has its own)
 
 
 class Recipe:
@@ -64,19 +65,18 @@ class Recipe:
         recipe.arities = [len(op.args) for op in ops]
         recipe.shares = shares
         # Ops with list inputs: (i, the positions of its lists, their lengths).
-        recipe.lists = [
-            (i, lists, [len(op.args[p]) for p in lists])
-            for i, op in enumerate(ops)
-            for lists in [tuple(p for p, a in enumerate(op.args) if a.__class__ is list)]
-            if lists
-        ]
+        recipe.lists = []
+        for i, op in enumerate(ops):
+            at = tuple(p for p, a in enumerate(op.args) if a.__class__ is list)
+            if at:
+                recipe.lists.append((i, at, [len(op.args[p]) for p in at]))
         inputs = _inputs(ops, recipe.lists)
         # Each op's outputs in tape order (``outputs``: None where every op has one), then the
         # leaves: where each slot's Variable is found is its place in that list; the k-th leaf
         # is input p of op i (leaf_at[k] = (i, p), lists counted entry by entry).
         counts = [len(op.results) for op in ops]
         recipe.outputs = counts if any(count != 1 for count in counts) else None
-        order, leaf_at, place = [None] * len(variables), [], 0
+        order, leaf_at, leaf_slots, place = [None] * len(variables), [], [], 0
         for i, op in enumerate(ops):
             for p, arg in enumerate(inputs[i]):
                 slot = index[id(arg)]
@@ -84,7 +84,8 @@ class Recipe:
                     if where[slot].__class__ is tuple:  # (an output of an op not yet seen)
                         return None
                     leaf_at.append((i, p))
-                    order[slot] = -len(leaf_at)  # (placed after every output, below)
+                    leaf_slots.append(slot)
+                    order[slot] = _LEAF  # (placed after every output, below)
             for position, result in enumerate(op.results):
                 slot = index[id(result)]
                 if where[slot] != (i if len(op.results) == 1 else (i, position)):
@@ -93,7 +94,8 @@ class Recipe:
                 place += 1
         if None in order:
             return None
-        order = [place - 1 - at if at < 0 else at for at in order]
+        for k, slot in enumerate(leaf_slots):
+            order[slot] = place + k
         recipe.leaf_at, recipe.order = leaf_at, operator.itemgetter(*order)
         recipe.inputs = operator.itemgetter(*[index[id(arg)] for args in inputs for arg in args])
         recipe.flags = _flags(variables)
