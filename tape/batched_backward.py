@@ -143,76 +143,96 @@ def _one(op, pending, backward):
 
 
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
+ROW_BITS = 32  # (a group's rows: fewer than 2**32)
+ROW_MASK = (1 << ROW_BITS) - 1
 
 
 class _Flows:
-    """The gradients reaching the groups' members, stacked per group (see the module docstring):
-    ``unit_of[id(output)]`` is the group of a member of a group differentiated as one (by its
-    one output) and ``row_of[id(output)]`` its row there, ``outputs[group]`` the ids of its
-    members' outputs in row order, ``value[group]`` the rows added so far (None until one is)
-    and ``reached[group]`` which rows a gradient reached (None: every row)."""
+    """The gradients reaching the groups' members, stacked per group (see the module docstring).
 
-    __slots__ = ("unit_of", "row_of", "outputs", "value", "reached")
+    The rows of every group whose members' outputs have one shape and dtype live in one
+    *bank* (an array allocated at the first row added, zero pages until written), group after
+    group, so that the rows a consumer group sends to several producer groups (a tree node's
+    children) take one indexed add, not one per producer. ``code_of[id(output)]`` is
+    ``bank << ROW_BITS | row`` for a member of a group differentiated as one (by its one
+    output); ``place[group]`` its (bank, first row, rows); ``outputs[group]`` the ids of its
+    members' outputs in row order; ``banks[bank]`` the array (None until a row is added),
+    ``reached[bank]`` which of its rows a gradient reached, ``layouts[bank]`` (row shape,
+    dtype, rows)."""
+
+    __slots__ = ("code_of", "place", "outputs", "banks", "reached", "layouts")
 
     def __init__(self, units):
-        self.unit_of, self.row_of, self.outputs, self.value, self.reached = {}, {}, {}, {}, {}
+        self.code_of, self.place, self.outputs = {}, {}, {}
+        numbers, layouts = {}, []  # (row shape, dtype) -> bank; per bank [shape, dtype, rows]
         for unit, (members, rule, facts) in enumerate(units):
             if _together(rule, members):
                 ids = facts[0] if facts else [id(op.results[0]) for op in members]
+                out = members[0].results[0]
+                layout = (tuple(out.shape), out.dtype)
+                bank = numbers.get(layout)
+                if bank is None:
+                    bank = numbers[layout] = len(layouts)
+                    layouts.append([layout[0], layout[1], 0])
+                first = layouts[bank][2]
+                layouts[bank][2] += len(ids)
                 self.outputs[unit] = ids
-                self.unit_of.update(zip(ids, repeat(unit)))
-                self.row_of.update(zip(ids, range(len(ids))))
+                self.place[unit] = (bank, first, len(ids))
+                base = (bank << ROW_BITS) + first
+                self.code_of.update(zip(ids, range(base, base + len(ids))))
+        self.layouts = layouts
+        self.banks, self.reached = [None] * len(layouts), [None] * len(layouts)
 
     def add(self, g, inputs):
         """Adds the rows of ``g`` (one per Variable of ``inputs``) to the groups whose members
         computed them; returns the positions of the inputs that no group computed."""
-        keys = list(map(id, inputs))
-        units = list(map(self.unit_of.get, keys))
-        unit, count = units[0], len(keys)
-        if (
-            unit is not None and units.count(unit) == count and all(map(_REQUIRES_GRAD, inputs))
-        ):  # (every row for one group: one add)
-            row_of = self.row_of
-            row = row_of[keys[0]]
-            if self.outputs[unit][row : row + count] == keys:  # (consecutive, as often read)
-                self._add(unit, slice(row, row + count), g, count)
-            else:
-                self._add(unit, list(map(row_of.__getitem__, keys)), g, count)
+        codes = list(map(self.code_of.get, map(id, inputs), repeat(-1)))
+        count, first = len(codes), codes[0]
+        if not all(map(_REQUIRES_GRAD, inputs)):  # (rows nothing reads: not added)
+            codes = [c if var.requires_grad else -1 for c, var in zip(codes, inputs)]
+        elif (
+            first >= 0
+            and codes[-1] - first == count - 1
+            and (count == 1 or codes == list(range(first, first + count)))
+        ):  # (consecutive rows, as a group reading an earlier group's results in order)
+            row = first & ROW_MASK
+            self._add(first >> ROW_BITS, slice(row, row + count), g, True)
             return ()
-        by_unit, others, row_of = {}, [], self.row_of
-        for position, (key, unit) in enumerate(zip(keys, units)):
-            if unit is None or not inputs[position].requires_grad:
-                others.append(position)
-                continue
-            entry = by_unit.get(unit)
-            if entry is None:
-                entry = by_unit[unit] = ([], [])
-            entry[0].append(position)
-            entry[1].append(row_of[key])
-        for unit, (positions, at) in by_unit.items():
-            self._add(unit, at, g[positions], len(positions))
+        coded = np.array(codes, np.int64)
+        banks = coded >> ROW_BITS  # (-1 for an input no group computed)
+        bank = int(banks[0])
+        distinct = len(set(codes)) == count
+        if bank >= 0 and (count == 1 or (banks == bank).all()):  # (one bank: one add)
+            self._add(bank, coded & ROW_MASK, g, distinct)
+            return ()
+        others = []
+        for bank in np.unique(banks).tolist():
+            (positions,) = (banks == bank).nonzero()
+            if bank < 0:
+                others = positions.tolist()
+            else:
+                self._add(bank, coded[positions] & ROW_MASK, g[positions], distinct)
         return others
 
-    def _add(self, unit, at, g, count):
-        value = self.value.get(unit)
+    def _add(self, bank, at, g, distinct):
+        """Adds ``g`` to rows ``at`` of ``bank`` (a slice, or row numbers in the order of
+        ``g``'s rows; ``distinct``: no row twice)."""
+        value = self.banks[bank]
         if value is None:
-            size = len(self.outputs[unit])
-            if at.__class__ is slice and at.stop - at.start == size:
-                self.value[unit] = g.copy()  # (a copy: ``g`` may be another gradient's too)
-                self.reached[unit] = None  # (every row)
-                return
+            shape, dtype, size = self.layouts[bank]
             xp = array_module(g)
-            value = self.value[unit] = xp.zeros((size,) + g.shape[1:], g.dtype)
-            self.reached[unit] = xp.zeros(size, bool)
-        elif value.dtype != g.dtype or value.shape[1:] != g.shape[1:]:
+            value = self.banks[bank] = xp.zeros((size, *shape), dtype)
+            self.reached[bank] = xp.zeros(size, bool)
+        if value.dtype != g.dtype or value.shape[1:] != g.shape[1:]:
             raise ValueError("a gradient's rows do not match its producers' outputs")
-        if at.__class__ is slice or len(set(at)) == count:
+        xp = array_module(value)
+        if at.__class__ is not slice and xp is not np:
+            at = xp.asarray(at)
+        if distinct:
             value[at] += g
         else:  # (an output read twice by one group: its rows add up)
-            array_module(value).add.at(value, at, g)
-        reached = self.reached[unit]
-        if reached is not None:
-            reached[at] = True
+            xp.add.at(value, at, g)
+        self.reached[bank][at] = True
 
     def take(self, unit, members, pending, total, rule=None):
         """The stacked gradient of a group's outputs (None where none reached it) and the
@@ -220,7 +240,16 @@ class _Flows:
         a member (``pending``) added in; for a rule with ``parts`` (a traced call's results,
         views of its output), the gradients its members' parts received, added where each
         part lies in the row."""
-        value, reached = self.value.pop(unit, None), self.reached.pop(unit, None)
+        bank, first, size = self.place[unit]
+        value = reached = None
+        if self.banks[bank] is not None:
+            reached = self.reached[bank][first : first + size]
+            if reached.all():  # (a copy: the bank is not handed on, nor kept alive by a view)
+                value, reached = self.banks[bank][first : first + size].copy(), None
+            elif reached.any():
+                value, reached = self.banks[bank][first : first + size].copy(), reached.copy()
+            else:
+                reached = None
         extra = []
         ids = self.outputs[unit]
         sent = pending.keys() & ids  # (usually none: an op outside the groups sent them)

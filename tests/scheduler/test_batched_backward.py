@@ -223,6 +223,31 @@ def test_gradients_flow_between_groups_as_stacked_rows(wire):
     assert "backward batched as the forward" in explained, explained
 
 
+def _mixed_producers_step(lazy):
+    """Products whose operands come from two groups of one row shape (tanh and sigmoid
+    nodes), in no order, and from a node computed alone: the gradients of W."""
+    rng = np.random.default_rng(4)
+    w = tape.Variable(rng.standard_normal((DIM, DIM)) / DIM, requires_grad=True)
+    xs = [tape.Variable(rng.standard_normal(DIM)) for _ in range(7)]
+    _forget_structures()
+    with tape.lazy(**lazy) if lazy else contextlib.nullcontext():
+        tape.reset_global_tape()
+        a = [ops.tanh(ops.matmul(x, w)) for x in xs[:3]]
+        b = [ops.sigmoid(ops.matmul(x, w)) for x in xs[3:6]]
+        alone = ops.exp(ops.matmul(xs[6], w) * 0.5)
+        products = [a[0] * b[2], b[0] * a[1], a[2] * alone, b[1] * a[0], alone * b[2]]
+        tape.backward(ops.sum([ops.reduce_sum(p) for p in products]))
+        explained = tape.explain() if lazy else ""
+    return [w.grad().numpy().copy()], explained
+
+
+def test_a_group_reading_rows_of_several_groups_and_of_an_op_alone_gets_eagers_gradients():
+    want, _ = _mixed_producers_step(None)
+    got, explained = _mixed_producers_step(BATCHED)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained, explained
+
+
 def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_eager(
     monkeypatch,
 ):
