@@ -81,7 +81,7 @@ def gradients(tape, loss, run, seed):
         for unit, (members, rule, facts) in enumerate(units):
             if not _together(rule, members):
                 for op in members:
-                    if _one(op, pending, backward):
+                    if _one(op, pending, backward, flows):
                         reached.append(op)
             else:
                 gout, active = flows.take(
@@ -122,8 +122,10 @@ def _together(rule, members):
     return rule is not None and (len(members) > 1 or (rule.min_group or 2) < 2)
 
 
-def _one(op, pending, backward):
-    """One op differentiated as ``tape.backward``'s scan does; whether a gradient reached it."""
+def _one(op, pending, backward, flows):
+    """One op differentiated as ``tape.backward``'s scan does; whether a gradient reached it.
+    A stack (of per-example losses, say) sends its gradient's slices to the groups that
+    computed its inputs as their rows (``_stack_rows``)."""
     defn = op.defn
     if defn.inplace and defn.grad_maker is None:
         return False
@@ -133,6 +135,9 @@ def _one(op, pending, backward):
         if item is None:
             return False
         gouts = [backward._total(item)]
+        if defn.type == "stack" and gouts[0]._value is not None:
+            _stack_rows(op, gouts[0]._value, pending, backward, flows)
+            return True
     else:
         gouts, taken = backward._take_output_grads(op, pending, None)
         if not taken:
@@ -140,6 +145,20 @@ def _one(op, pending, backward):
     if defn.grad_maker is not None:
         backward._run_grad_maker(op, gouts, pending)
     return True
+
+
+def _stack_rows(op, gout, pending, backward, flows):
+    """The gradient of a stack: its slices along the stacked axis are its inputs' gradients,
+    added to the groups that computed them as rows (one add where they are a group's
+    consecutive rows, as the losses of a batch of examples are), the others sent on as
+    Variables of their own. The stack's own gradient maker splits and reshapes: an op and a
+    Variable per input, then an add per row into its group."""
+    (inputs,) = op.args
+    rows = array_module(gout).moveaxis(gout, op.attrs["axis"] % gout.ndim, 0)
+    shares = []
+    _add_rows(rows, inputs, shares, flows)
+    for g, var in shares:
+        backward._accumulate(g, var, pending)
 
 
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")

@@ -248,6 +248,33 @@ def test_a_group_reading_rows_of_several_groups_and_of_an_op_alone_gets_eagers_g
     assert "backward batched as the forward" in explained, explained
 
 
+def _stacked_step(lazy, axis):
+    """Per-example nodes tanh(x @ W) (a group) and one node computed alone, stacked along
+    ``axis`` and weighted, so that each slice's gradient differs: the gradients of W and
+    of the alone node's input."""
+    rng = np.random.default_rng(5)
+    w = tape.Variable(rng.standard_normal((DIM, DIM)) / DIM, requires_grad=True)
+    xs = [tape.Variable(rng.standard_normal(DIM)) for _ in range(4)]
+    lone = tape.Variable(rng.standard_normal(DIM), requires_grad=True)
+    _forget_structures()
+    with tape.lazy(**lazy) if lazy else contextlib.nullcontext():
+        tape.reset_global_tape()
+        nodes = [ops.tanh(ops.matmul(x, w)) for x in xs]
+        stacked = ops.stack([nodes[2], nodes[0], ops.exp(lone), nodes[3], nodes[1]], axis=axis)
+        weights = tape.Variable(rng.standard_normal(tuple(stacked.shape)))
+        tape.backward(ops.reduce_sum(stacked * weights))
+        explained = tape.explain() if lazy else ""
+    return [w.grad().numpy().copy(), lone.grad().numpy().copy()], explained
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_a_stack_sends_its_slices_gradients_to_the_groups_that_computed_them(axis):
+    want, _ = _stacked_step(None, axis)
+    got, explained = _stacked_step(BATCHED, axis)
+    _assert_close(got, want)
+    assert "backward batched as the forward" in explained, explained
+
+
 def test_a_forward_that_freed_part_of_a_batched_result_still_differentiates_as_eager(
     monkeypatch,
 ):
