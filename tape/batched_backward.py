@@ -37,6 +37,7 @@ from itertools import repeat
 
 import numpy as np
 
+from ops import buffers
 from ops.xp import array_module
 from tape import collector
 from tape.passes.autobatch import gather, shared
@@ -147,6 +148,17 @@ def _one(op, pending, backward, flows):
     return True
 
 
+def _zeros(xp, rows, shape, dtype):
+    """A bank of ``rows`` zero rows of ``shape``: a view of a reused buffer (``ops.buffers``)
+    whose row count is ``rows`` rounded up to a power of two, so that the next step's bank,
+    of another size, reuses it. A fresh array this large (``np.zeros``: pages mapped afresh
+    and faulted in as rows are first written) took a third of a tagger step's adds."""
+    capacity = 1 << max(rows - 1, 0).bit_length()
+    value = buffers.empty(xp, (capacity, *shape), dtype)[:rows]
+    value[...] = 0
+    return value
+
+
 def _stack_rows(op, gout, pending, backward, flows):
     """The gradient of a stack: its slices along the stacked axis are its inputs' gradients,
     added to the groups that computed them as rows (one add where they are a group's
@@ -240,7 +252,7 @@ class _Flows:
         if value is None:
             shape, dtype, size = self.layouts[bank]
             xp = array_module(g)
-            value = self.banks[bank] = xp.zeros((size, *shape), dtype)
+            value = self.banks[bank] = _zeros(xp, size, shape, dtype)
             self.reached[bank] = xp.zeros(size, bool)
         if value.dtype != g.dtype or value.shape[1:] != g.shape[1:]:
             raise ValueError("a gradient's rows do not match its producers' outputs")

@@ -369,3 +369,20 @@ def test_a_kernel_failing_in_a_first_sightings_batched_forward_names_its_op_and_
             np.testing.assert_allclose(w.grad().numpy(), np.tile(xs[0].numpy()[:, None], DIM))
     finally:
         unregister("checked_log")
+
+
+def test_a_bank_of_gradient_rows_is_zero_in_a_reused_buffer():
+    """The stacked rows of a step's groups start at zero even where the bank reuses a buffer
+    a previous step left full (its row count rounded up to a power of two, so steps of
+    different sizes share it)."""
+    from ops import buffers
+
+    shape, rows = (64,), 3000  # (4096 rows of 64 float32: 1 MiB, a pooled size)
+    dirty = buffers.empty(np, (4096, *shape), np.float32)
+    dirty[...] = np.nan
+    address = dirty.ctypes.data
+    del dirty
+    bank = batched_backward._zeros(np, rows, shape, np.dtype(np.float32))
+    assert bank.shape == (rows, *shape) and bank.dtype == np.float32
+    assert bank.base is not None and bank.ctypes.data == address  # (the reused buffer)
+    assert not bank.any()
