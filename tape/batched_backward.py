@@ -11,12 +11,15 @@ of each input gradient go back to the members' inputs; a shared input (a paramet
 group's total at once. Ops that ran alone, and groups whose rule does not read as one op, are
 differentiated one by one, as ``tape.backward`` does.
 
-Between groups the gradients flow stacked: a group's members' output gradients are the rows of
-one array (``_Flow``), and a consumer group adds the rows of its operand's gradient into its
-producer group's array in one call where they are consecutive rows of it (as the forward's
-gather read them), else by index; a member gets a Variable of its own only where an op
-outside the groups reads it. So the per-member work is a lookup or two, not a Variable, a
-pending entry and an add per member (the Tree-LSTM's backward: 51k members in 248 groups).
+Between groups the gradients flow stacked: a group's members' output gradients are rows of
+one array (``_Flows``: one *bank* for all groups whose outputs have one shape and dtype), and a
+consumer group adds the rows of its operand's gradient into the bank in one call, a slice where
+they are consecutive rows (as the forward's gather read them), else by index, whichever groups
+computed them (a tree node's children: leaves and nodes of several heights); a stack run alone
+(the per-example losses' stack before their mean) sends its gradient's slices the same way. A
+member gets a Variable of its own only where an op outside the groups reads it. So the
+per-member work is a lookup or two, not a Variable, a pending entry and an add per member (the
+Tree-LSTM's backward: 51k members in 248 groups).
 
 Order: the groups in the reverse of the order the forward ran them, which puts every reader of
 a value before its producer; then the tape's other ops (run before this run, so reading none of
@@ -182,14 +185,13 @@ class _Flows:
     """The gradients reaching the groups' members, stacked per group (see the module docstring).
 
     The rows of every group whose members' outputs have one shape and dtype live in one
-    *bank* (an array allocated at the first row added, zero pages until written), group after
-    group, so that the rows a consumer group sends to several producer groups (a tree node's
-    children) take one indexed add, not one per producer. ``code_of[id(output)]`` is
-    ``bank << ROW_BITS | row`` for a member of a group differentiated as one (by its one
-    output); ``place[group]`` its (bank, first row, rows); ``outputs[group]`` the ids of its
-    members' outputs in row order; ``banks[bank]`` the array (None until a row is added),
-    ``reached[bank]`` which of its rows a gradient reached, ``layouts[bank]`` (row shape,
-    dtype, rows)."""
+    *bank* (zeroed at the first row added to it: ``_zeros``), group after group, so that the
+    rows a consumer group sends to several producer groups (a tree node's children) take one
+    indexed add, not one per producer. ``code_of[id(output)]`` is ``bank << ROW_BITS | row``
+    for a member of a group differentiated as one (by its one output); ``place[group]`` its
+    (bank, first row, rows); ``outputs[group]`` the ids of its members' outputs in row order;
+    ``banks[bank]`` the array (None until a row is added), ``reached[bank]`` which of its rows
+    a gradient reached, ``layouts[bank]`` (row shape, dtype, rows)."""
 
     __slots__ = ("code_of", "place", "outputs", "banks", "reached", "layouts")
 
@@ -232,7 +234,7 @@ class _Flows:
         coded = np.array(codes, np.int64)
         banks = coded >> ROW_BITS  # (-1 for an input no group computed)
         bank = int(banks[0])
-        distinct = len(set(codes)) == count
+        distinct = len(set(codes)) + max(codes.count(-1) - 1, 0) == count  # (-1: no row)
         if bank >= 0 and (count == 1 or (banks == bank).all()):  # (one bank: one add)
             self._add(bank, coded & ROW_MASK, g, distinct)
             return ()
