@@ -189,7 +189,7 @@ class _Flows:
     rows a consumer group sends to several producer groups (a tree node's children) take one
     indexed add, not one per producer. ``code_of[id(output)]`` is ``bank << ROW_BITS | row``
     for a member of a group differentiated as one (by its one output); ``place[group]`` its
-    (bank, first row, rows); ``outputs[group]`` the ids of its members' outputs in row order;
+    (bank, first row); ``outputs[group]`` the ids of its members' outputs in row order;
     ``banks[bank]`` the array (None until a row is added), ``reached[bank]`` which of its rows
     a gradient reached, ``layouts[bank]`` (row shape, dtype, rows)."""
 
@@ -210,7 +210,7 @@ class _Flows:
                 first = layouts[bank][2]
                 layouts[bank][2] += len(ids)
                 self.outputs[unit] = ids
-                self.place[unit] = (bank, first, len(ids))
+                self.place[unit] = (bank, first)
                 base = (bank << ROW_BITS) + first
                 self.code_of.update(zip(ids, range(base, base + len(ids))))
         self.layouts = layouts
@@ -231,21 +231,21 @@ class _Flows:
             row = first & ROW_MASK
             self._add(first >> ROW_BITS, slice(row, row + count), g, True)
             return ()
+        # (the rows of one operand have one shape and dtype: one bank, whichever groups)
         coded = np.array(codes, np.int64)
         banks = coded >> ROW_BITS  # (-1 for an input no group computed)
-        bank = int(banks[0])
         distinct = len(set(codes)) + max(codes.count(-1) - 1, 0) == count  # (-1: no row)
-        if bank >= 0 and (count == 1 or (banks == bank).all()):  # (one bank: one add)
+        (known,) = (banks >= 0).nonzero()
+        if not known.size:
+            return list(range(count))
+        bank = int(banks[known[0]])
+        if (banks[known] != bank).any():
+            raise ValueError("an operand's rows come from groups of other shapes")
+        if known.size == count:
             self._add(bank, coded & ROW_MASK, g, distinct)
             return ()
-        others = []
-        for bank in np.unique(banks).tolist():
-            (positions,) = (banks == bank).nonzero()
-            if bank < 0:
-                others = positions.tolist()
-            else:
-                self._add(bank, coded[positions] & ROW_MASK, g[positions], distinct)
-        return others
+        self._add(bank, coded[known] & ROW_MASK, g[known], distinct)
+        return (banks < 0).nonzero()[0].tolist()
 
     def _add(self, bank, at, g, distinct):
         """Adds ``g`` to rows ``at`` of ``bank`` (a slice, or row numbers in the order of
@@ -273,7 +273,8 @@ class _Flows:
         a member (``pending``) added in; for a rule with ``parts`` (a traced call's results,
         views of its output), the gradients its members' parts received, added where each
         part lies in the row."""
-        bank, first, size = self.place[unit]
+        (bank, first), ids = self.place[unit], self.outputs[unit]
+        size = len(ids)
         value = reached = None
         if self.banks[bank] is not None:
             reached = self.reached[bank][first : first + size]
@@ -284,7 +285,6 @@ class _Flows:
             else:
                 reached = None
         extra = []
-        ids = self.outputs[unit]
         sent = pending.keys() & ids  # (usually none: an op outside the groups sent them)
         if sent:
             for row, key in enumerate(ids):
