@@ -115,6 +115,7 @@ class Program:
         self.attrs = {"fn": self}  # (a call's attributes, and its outputs' descriptions)
         self.descs = ((self.out_shape, self.dtype), self.part_descs)
         self.captured = []  # (the parameters a call passes after its arguments: tape.traced)
+        self.layout = None  # (the number its calls' parts name out_descs by: tape.traced)
         # (a gradient program's values that recompute its forward's, {number: the forward's
         # number}: tape.traced.trace_gradient; a batched backward reads them from the forward)
         self.recomputed = {}

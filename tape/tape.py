@@ -509,38 +509,44 @@ def apply_inferred(defn, args, attrs, descs):
     return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
-def record_lazy(tape, defn, args, attrs, descs):
-    """``apply_inferred`` for a lazy ``tape`` (the caller's), every output a new Variable: the
-    part of ``record`` such an op takes, for ``tape.traced``'s calls (one op standing for a
-    function's ~20, so its few microseconds of recording are the step's largest cost left).
-    Anything ``record`` would watch (an observer, shared buffers, a trusted backward) takes
-    the whole way."""
+def record_lazy(tape, defn, inputs, attrs, descs, layout):
+    """``apply_inferred`` of ``defn`` on one list of ``inputs`` for a lazy ``tape`` (the
+    caller's): ``tape.traced``'s calls, one op standing for a function's ~20, so that its few
+    microseconds of recording are the step's largest cost left. ``descs``: the packed
+    output's (shape, dtype), then a list of its parts' (every output of one dtype); each part
+    is marked as piece ``index`` of the packed output (``_piece``: ``(out, layout, index)``,
+    ``layout`` the number ``tape.traced`` names the output's layout by).
+    Returns the packed output and the list of parts. Anything ``record`` would watch (an
+    observer, shared buffers, a trusted backward) takes the whole way."""
+    args = (inputs,)
     if _HOOK is not None or record is not _RECORD or SHARED or state.trusted or not tape.lazy:
-        return apply_inferred(defn, args, attrs, descs)
-    grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
-    results, make = [], Variable._make
-    for desc in (descs,) if defn.single_output else descs:
-        if desc.__class__ is list:
-            slot = []
-            for shape, dtype in desc:
-                var = make(None, shape, dtype, grad and dtype.kind in "fc")
-                var._pending = tape
-                slot.append(var)
-            results.append(slot)
-        else:
-            var = make(None, desc[0], desc[1], grad and desc[1].kind in "fc")
+        out, parts = apply_inferred(defn, args, attrs, descs)
+    else:
+        (shape, dtype), part_descs = descs
+        grad = False
+        if state.grad_enabled and defn.differentiable and dtype.kind in "fc":
+            for var in inputs:  # (_wants_grad of the one list, a frame fewer)
+                if var.requires_grad:
+                    grad = True
+                    break
+        make = Variable._make
+        out = make(None, shape, dtype, grad)
+        out._pending = tape
+        parts = []
+        for shape, _ in part_descs:
+            var = make(None, shape, dtype, grad)
             var._pending = tape
-            results.append(var)
-    location = state.location or user_location(3)
-    op = OpHandle(defn, args, tuple(results), attrs, location, len(tape._ops))
-    tape._ops.append(op)
-    pending = tape._pending_ops
-    if len(pending) & STEP_MASK == 0:
-        _step_mark(pending)
-    pending.append(op)
-    if defn.single_output:
-        return results[0]
-    return tuple(results) if defn.returns is None else defn.returns(tuple(results))
+            parts.append(var)
+        location = state.location or user_location(3)
+        op = OpHandle(defn, args, (out, parts), attrs, location, len(tape._ops))
+        tape._ops.append(op)
+        pending = tape._pending_ops
+        if len(pending) & STEP_MASK == 0:
+            _step_mark(pending)
+        pending.append(op)
+    for index, part in enumerate(parts):  # (read packed by the calls it is passed to)
+        part._piece = (out, layout, index)
+    return out, parts
 
 
 def dispatch(defn, inputs, attrs):

@@ -70,22 +70,25 @@ class TracedFunction:
             from tape.tape import get_global_tape
 
             current = get_global_tape()
-        if not current.lazy or _inline():
+        if not current.lazy or (_OPTIONS or _lazy_options()).inline_calls:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
-        program, inputs = self._program(args, current)
+        key, inputs = _signature(self.fn, args, current)  # (``_program``, a frame fewer)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = trace(self.fn, args, key, inputs)
         current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = record_lazy(
-            current, call, ([*inputs, *program.captured],), program.attrs, program.descs
+            current,
+            call,
+            [*inputs, *program.captured],
+            program.attrs,
+            program.descs,
+            program.layout,
         )
-        if not parts:
-            return out
-        layout = program.out_descs
-        for index, part in enumerate(parts):  # (read packed by the calls it is passed to)
-            part._piece = (out, layout, index)
-        return tuple(parts)
+        return tuple(parts) if parts else out
 
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
@@ -109,18 +112,18 @@ def traced(fn):
     return TracedFunction(fn)
 
 
-@functools.cache
-def _lazy_module():
-    return importlib.import_module("tape.lazy")  # (the module: ``tape.lazy`` is the context)
+_OPTIONS = None  # (``tape.lazy``'s options, once imported: that module imports this one)
 
 
-def _inline():
-    """Whether lazy calls record the function's ops instead of a call: with ``exact=True``
-    (eager mode's bits, nested calls included), and where the options compile every structure
-    (threads, validate, debug, ``compile=True``): a compiled plan autobatches ops, not calls,
-    and a recorded backward would differentiate each call alone (a parameter's gradient per
-    member)."""
-    return _lazy_module().options.inline_calls
+def _lazy_options():
+    """The lazy blocks' options, whose ``inline_calls`` says whether lazy calls record the
+    function's ops instead of a call: with ``exact=True`` (eager mode's bits, nested calls
+    included), and where the options compile every structure (threads, validate, debug,
+    ``compile=True``): a compiled plan autobatches ops, not calls, and a recorded backward
+    would differentiate each call alone (a parameter's gradient per member)."""
+    global _OPTIONS
+    _OPTIONS = importlib.import_module("tape.lazy").options  # (the module: ``tape.lazy`` is
+    return _OPTIONS  # the context)
 
 
 def _is_array(value):
@@ -157,7 +160,7 @@ def _signature(fn, args, tape):
                 shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
                 key.append(("var", index, shape, arg.dtype))
             else:
-                key.append(("piece", index, piece[1], piece[2]))
+                key.append(("piece", index, piece[1], piece[2]))  # (the layout's number)
             continue
         try:
             hash(arg)
@@ -219,7 +222,8 @@ def trace(fn, args, specs, inputs):
             if spec[0] == "var":
                 traced_args.append(holders[spec[1]])
             elif spec[0] == "piece":
-                traced_args.append(unpack(spec[2], holders[spec[1]])[spec[3]])  # (sliced inside)
+                layout = _LAYOUTS[spec[2]]
+                traced_args.append(unpack(layout, holders[spec[1]])[spec[3]])  # (sliced inside)
             else:
                 traced_args.append(arg)
         try:
@@ -235,7 +239,23 @@ def trace(fn, args, specs, inputs):
             actual=type(results).__name__,
             location=location,
         )
-    return extract(name, tape, holders, outputs, location, lift_parameters=True)
+    program = extract(name, tape, holders, outputs, location, lift_parameters=True)
+    program.layout = _layout_number(program.out_descs)
+    return program
+
+
+# A call's parts name their packed output's layout (its results' shapes and dtypes) by a small
+# number, so that the keys of the calls they are passed to hash an int, not nested tuples of
+# shapes and dtypes (~0.2 us of a four-argument call's ~3). Layouts are few: kept for good.
+_LAYOUTS, _LAYOUT_NUMBERS = [], {}
+
+
+def _layout_number(out_descs):
+    number = _LAYOUT_NUMBERS.get(out_descs)
+    if number is None:
+        number = _LAYOUT_NUMBERS[out_descs] = len(_LAYOUTS)
+        _LAYOUTS.append(out_descs)
+    return number
 
 
 def _is_parameter(var):

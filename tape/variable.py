@@ -46,7 +46,7 @@ class Variable(TensorStyle):
         "persistable",
         "_pending",
         "_origin",  # set only on outputs of a tape reset_global_tape() ended (tape.stale)
-        "_piece",  # a traced call's result: (the call's packed output, layout, index)
+        "_piece",  # a traced call's result: (its packed output, its layout's number, index)
         "__weakref__",
     )
     # numpy defers to our reflected operators (array + var -> var.__radd__) instead of looping.
