@@ -56,6 +56,19 @@ class OpHandle:
         return f"OpHandle({self.type!r}, inputs={ins}, outputs={outs}, attrs={self.attrs})"
 
 
+class CallHandle(OpHandle):
+    """A ``tape.traced`` call: an OpHandle that also knows its batch signature where its
+    program alone fixes it (``signature``: the program, as no argument is a shared Variable
+    whose identity the signature would name; else None), so that the autobatching pass looks
+    it up instead of scanning the call's inputs (``tape.passes.autobatch``)."""
+
+    __slots__ = ("signature",)
+
+    def __init__(self, defn, args, results, attrs, location, index, signature):
+        super().__init__(defn, args, results, attrs, location, index)
+        self.signature = signature
+
+
 def _slot_view(slots, entries):
     view = {}
     for slot, entry in zip(slots, entries):

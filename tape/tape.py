@@ -20,7 +20,7 @@ from tape import collector, eager_speculation, guard, stale, transaction
 from tape.constants import as_inputs
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
-from tape.op_handle import OpHandle, slot_entries
+from tape.op_handle import CallHandle, OpHandle, slot_entries
 from tape.variable import Variable
 
 
@@ -509,15 +509,16 @@ def apply_inferred(defn, args, attrs, descs):
     return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
-def record_lazy(tape, defn, inputs, attrs, descs, layout):
+def record_lazy(tape, defn, inputs, attrs, descs, layout, signature=None):
     """``apply_inferred`` of ``defn`` on one list of ``inputs`` for a lazy ``tape`` (the
     caller's): ``tape.traced``'s calls, one op standing for a function's ~20, so that its few
     microseconds of recording are the step's largest cost left. ``descs``: the packed
     output's (shape, dtype), then a list of its parts' (every output of one dtype); each part
     is marked as piece ``index`` of the packed output (``_piece``: ``(out, layout, index)``,
-    ``layout`` the number ``tape.traced`` names the output's layout by).
-    Returns the packed output and the list of parts. Anything ``record`` would watch (an
-    observer, shared buffers, a trusted backward) takes the whole way."""
+    ``layout`` the number ``tape.traced`` names the output's layout by); ``signature``: its
+    batch signature where the caller knows it (``CallHandle``). Returns the packed output
+    and the list of parts. Anything ``record`` would watch (an observer, shared buffers, a
+    trusted backward) takes the whole way."""
     args = (inputs,)
     if _HOOK is not None or record is not _RECORD or SHARED or state.trusted or not tape.lazy:
         out, parts = apply_inferred(defn, args, attrs, descs)
@@ -538,7 +539,7 @@ def record_lazy(tape, defn, inputs, attrs, descs, layout):
             var._pending = tape
             parts.append(var)
         location = state.location or user_location(3)
-        op = OpHandle(defn, args, (out, parts), attrs, location, len(tape._ops))
+        op = CallHandle(defn, args, (out, parts), attrs, location, len(tape._ops), signature)
         tape._ops.append(op)
         pending = tape._pending_ops
         if len(pending) & STEP_MASK == 0:

@@ -74,7 +74,7 @@ class TracedFunction:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
-        key, inputs = _signature(self.fn, args, current)  # (``_program``, a frame fewer)
+        key, inputs, plain = _signature(self.fn, args, current)  # (``_program``, inlined)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
@@ -87,6 +87,7 @@ class TracedFunction:
             program.attrs,
             program.descs,
             program.layout,
+            program if plain else None,  # (no shared argument: the program is the signature)
         )
         return tuple(parts) if parts else out
 
@@ -98,7 +99,7 @@ class TracedFunction:
     def _program(self, args, tape):
         """The Program for ``args`` (traced on first sight of their signature) and the
         Variables a call on ``tape`` passes it (``_signature``)."""
-        key, inputs = _signature(self.fn, args, tape)
+        key, inputs, _ = _signature(self.fn, args, tape)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
@@ -131,12 +132,14 @@ def _is_array(value):
 
 
 def _signature(fn, args, tape):
-    """The cache key of a call on ``tape``, per argument how the trace reads it, and the
-    Variables the call passes. An argument is a Variable (keyed by its shape and dtype; an
-    array becomes a constant one), a result of another traced call still pending on ``tape``
-    (the call's packed output is passed instead, and the program slices it: a tree of calls
-    records no slices between them), or a hashable Python value (keyed by its value)."""
-    key, inputs = [], []
+    """The cache key of a call on ``tape``, per argument how the trace reads it, the
+    Variables the call passes, and whether none of them is shared (``autobatch.shared``: a
+    parameter passed as an argument, which a batch signature names by identity). An argument
+    is a Variable (keyed by its shape and dtype; an array becomes a constant one), a result
+    of another traced call still pending on ``tape`` (the call's packed output is passed
+    instead, and the program slices it: a tree of calls records no slices between them), or
+    a hashable Python value (keyed by its value)."""
+    key, inputs, plain = [], [], True
     for k, arg in enumerate(args):
         if arg.__class__ is not Variable and _is_array(arg):
             if arg.__class__ is np.ndarray and arg.dtype.kind in "biufc":  # (Variable(arg)'s
@@ -157,6 +160,8 @@ def _signature(fn, args, tape):
             if index == len(inputs):
                 inputs.append(source)
             if piece is None:
+                if arg.persistable or (arg._leaf and arg.requires_grad):  # (shared())
+                    plain = False
                 shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
                 key.append(("var", index, shape, arg.dtype))
             else:
@@ -175,7 +180,7 @@ def _signature(fn, args, tape):
                 location=user_location(),
             ) from None
         key.append(("value", arg.__class__, arg))
-    return tuple(key), inputs
+    return tuple(key), inputs, plain
 
 
 class _TraceTape(Tape):

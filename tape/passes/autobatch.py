@@ -55,6 +55,7 @@ import collections
 import numpy as np
 
 from ops.batching import rule_of
+from tape.op_handle import CallHandle
 
 MIN_GROUP = 3
 HEURISTICS = ("agenda", "depth")
@@ -164,7 +165,7 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
             producer[op.results[0]] = offset
         else:  # (a list of inputs, as a traced call reads: its producers so far in ``mine``)
             mine = [first] if count else []
-            for var in inputs(op):
+            for var in op.args[0] if op.__class__ is CallHandle else inputs(op):
                 p = get(var)
                 if p is None:
                     continue
@@ -177,6 +178,15 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                     if depth[p] >= level:
                         level = depth[p] + 1
             count = len(mine)
+            if op.__class__ is CallHandle:  # (its packed output, then the list of its parts)
+                out, parts = op.results
+                producer[out] = offset
+                for var in parts:
+                    producer[var] = offset
+                waiting.append(count)
+                depth.append(level)
+                offset += 1
+                continue
             for entry in op.results:  # (op.output_vars() without the list it builds)
                 if entry.__class__ is list or entry.__class__ is tuple:
                     for var in entry:
@@ -296,6 +306,7 @@ class _Signatures:
         self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
         self.tails = {}  # id(attrs) -> how many last inputs the attributes fix (fixed_inputs)
         self.known = {}  # (defn, attribute key, inputs) -> signature
+        self.programs = {}  # a traced call's CallHandle.signature -> its signature
         self.rules, self.counts, self.bailed = [], [], 0
 
     def keys(self, ops, start, stop):
@@ -305,7 +316,15 @@ class _Signatures:
         tails = self.tails
         keys = []
         append = keys.append
+        programs = self.programs
         for op in ops[start:stop]:
+            if op.__class__ is CallHandle and op.signature is not None:
+                key = programs.get(op.signature)  # (a traced call's program fixes it)
+                if key is not None:
+                    if key >= 0:
+                        counts[key] += 1
+                    append(key)
+                    continue
             defn = op.defn
             rule = kinds.get(defn, _UNSEEN)
             if rule is _UNSEEN:
@@ -354,6 +373,8 @@ class _Signatures:
                 key = known.get(signature)
             if key is None:
                 key = known[signature] = self._new(rule, attrs, args)
+            if op.__class__ is CallHandle and op.signature is not None:
+                programs[op.signature] = key
             if key >= 0:
                 counts[key] += 1
             append(key)

@@ -277,6 +277,40 @@ def test_calls_group_by_program_and_which_parameters_they_are_passed():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_a_call_with_no_shared_argument_carries_its_program_as_its_batch_signature():
+    """The autobatching pass looks such a call's signature up by its program instead of
+    scanning its inputs (``CallHandle.signature``): the keys equal those of the scan, and a
+    call passed a parameter as an argument carries none (its signature names the parameter)."""
+    from tape.op_handle import CallHandle, OpHandle
+    from tape.passes import autobatch
+
+    rng = np.random.default_rng(0)
+    w = tape.Variable(rng.standard_normal((3, 3)), requires_grad=True)
+    f = tape.traced(lambda x, v: ops.tanh(ops.matmul(x, v)))
+    g = tape.traced(lambda x: ops.sigmoid(x))
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        xs = [tape.Variable(rng.standard_normal(3)) * 1.0 for _ in range(6)]
+        outs = [g(f(x, w)) for x in xs[:3]]  # (f passed a parameter, g a pending result)
+        outs += [f(x, tape.Variable(rng.standard_normal((3, 3)))) for x in xs[3:]]
+        pending = list(tape.get_global_tape()._pending_ops)
+        calls = [op for op in pending if op.__class__ is CallHandle]
+        assert len(calls) == 9
+        assert [op.signature is not None for op in calls] == [False, True] * 3 + [True] * 3
+        assert {id(op.signature) for op in calls if op.signature is not None} == {
+            id(g.program_for(outs[0])),
+            id(f.program_for(xs[3], tape.Variable(np.ones((3, 3))))),
+        }
+        scanned = [
+            OpHandle(op.defn, op.args, op.results, op.attrs, op.location, op.index)
+            for op in pending
+        ]
+        keys = autobatch._Signatures(True).keys(pending, 0, len(pending))
+        assert keys == autobatch._Signatures(True).keys(scanned, 0, len(scanned))
+        assert len({keys[pending.index(op)] for op in calls}) == 3
+        tape.backward(ops.stack([o.sum() for o in outs]).sum())
+
+
 def test_a_call_made_by_hand_with_other_parameters_is_not_grouped_with_traced_calls():
     """A traced call's signature leaves out the parameters its program passes after the
     arguments (the same Variables in every traced call); a call of the same program made by
