@@ -320,9 +320,9 @@ class _Flows:
 def _group(active, gout, rule, facts, pending, rows, backward, counts, flows):
     """A group's members that a gradient reached (``active``; ``gout``: their output
     gradients, stacked), differentiated together where the rule reads as one op (else one by
-    one, as ``_one``); returns them. ``facts``: the forward's (output ids, operands, result)
-    of the group when every member is active; ``counts``: per op type, the groups and members
-    differentiated as one so far."""
+    one, as ``_one``); returns them. ``facts``: the forward's (output ids, operands, result,
+    what the rule kept, the members' inputs) of the group when every member is active;
+    ``counts``: per op type, the groups and members differentiated as one so far."""
     if _together(rule, active) and active[0].defn.grad_maker is not None:
         shares = _as_one(active, gout, rule, rows, flows, facts)
         if shares is not None:
@@ -357,10 +357,12 @@ def _as_one(active, gout_value, rule, rows, flows, facts):
         return None
     attrs, slots, stacked_shapes, stacked_out = form
     xp = array_module(gout_value)
-    members_of = [op.args[0] for op in active] if listed else [op.args for op in active]
-    inputs_of = [
-        [args[slot] for args in members_of] if per else None for slot, per in enumerate(each)
-    ]
+    inputs_of = None if facts is None else facts[4]  # (the members' inputs: the forward's)
+    if inputs_of is None:
+        members_of = [op.args[0] for op in active] if listed else [op.args for op in active]
+        inputs_of = [
+            [args[slot] for args in members_of] if per else None for slot, per in enumerate(each)
+        ]
     wants = [
         any(map(_REQUIRES_GRAD, inputs)) if per else var.requires_grad
         for var, per, inputs in zip(entries, each, inputs_of)

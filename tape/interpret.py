@@ -501,13 +501,15 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic,
     unread = None if plan.parts_read else freed  # (parts no op reads: views only where held)
     ran = [None] * len(groups)  # per batched group: what its backward reads (see below)
     kept = [] if getattr(tape, "_with_backward", None) else None  # groups with facts
+    keep = kept is not None and not variables  # (their inputs too, where nothing is freed)
     torn = set()  # ids of batched results (and their bases) some rows of which were freed
     for number, (members, rule, frees) in enumerate(zip(groups, rules, free_at)):
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
+            saving = kept is not None
             facts = _batched_step(
-                members, rule, steps, ops, xp, staged, rows, is_numpy, kept is not None, unread
+                members, rule, steps, ops, xp, staged, rows, is_numpy, saving, unread, keep
             )
             if kept is not None and facts is not None:
                 ran[number] = facts
@@ -526,15 +528,17 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic,
     # (what the backward of a structure seen for the first time batches the same way:
     # tape.batched_backward; ``rows`` lets it gather the members' values as the forward did.
     # For a run the backward follows, ``ran`` holds each batched group's output ids, the
-    # operands it gathered as views and its result, where none of its results was freed --
+    # operands it gathered as views, its result, what its rule kept and its members' inputs
+    # (``_batched_step``), where none of its results was freed --
     # holding them costs no memory the backward does not hold anyway -- and where no op wrote
     # in place: a value read then may have changed since)
     for number in kept or ():
-        ids, operands, out, saved = ran[number]
+        ids, operands, out, saved, read = ran[number]
         if id(out) in torn:
             ran[number] = None
         elif torn:  # (what the forward kept for the gradient may view a freed buffer too)
-            ran[number] = ids, [None if _torn(v, torn) else v for v in operands], out, None
+            operands = [None if _torn(v, torn) else v for v in operands]
+            ran[number] = ids, operands, out, None, read
     tape._batched_run = (ops, groups, rules, rows, None if staged else ran, plan.parts_read)
 
 
@@ -607,39 +611,39 @@ def _located_step(step, op, xp, staged, is_numpy):
         _raise_located(op, err)
 
 
-def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=False, unread=None):
+def _batched_step(
+    members, rule, steps, ops, xp, staged, rows, is_numpy, saving=False, unread=None, keep=False
+):
     """One group as one call: gather, run the op's batch rule, scatter. If the batched call
     fails, the members run one by one, so the error names the member that fails. Returns the
     ids of the members' outputs, the inputs as the rule got them, the result and what the
     rule kept for the group's gradient (``saving``: a batched backward follows; a rule that
     ``saves``, a traced call's, keeps the values its gradient would compute again), None where
-    the members ran one by one. ``unread``: no op of the run reads a traced call's part (the
-    freed mark for the parts nobody holds: ``CALL.fill_parts``)."""
+    the members ran one by one; and, where ``keep`` (a run that frees nothing), per input the
+    members' Variables (None for a shared one: the backward reads them from here, its
+    members' ops long out of the caches; held where the run frees, they would keep values
+    alive that it frees by their reference counts). ``unread``: no op of the run reads a
+    traced call's part (the freed mark for the parts nobody holds: ``CALL.fill_parts``)."""
     first = ops[members[0]]
     try:
-        inputs = []
-        if first.args[0].__class__ is list:  # the list rule: one input per list position
+        inputs, read = [], []  # (per input: the rule's form; the members' Variables or None)
+        listed = first.args[0].__class__ is list  # (the list rule: one input per position)
+        if listed:
             entries = [ops[p].args[0] for p in members]
-            for index, var in enumerate(first.args[0]):
-                if autobatch.shared(var):  # (a traced call's parameter: one in every member)
-                    inputs.append((False, _value(var, staged)))
-                    continue
-                if staged:
-                    values = [_value(entry[index], staged) for entry in entries]
-                else:
-                    values = [entry[index]._value for entry in entries]
-                inputs.append((True, autobatch.gather(values, rows, xp)))
         else:
             entries = [ops[p].args for p in members]
-        for slot, var in enumerate(() if inputs else first.args):
-            if autobatch.shared(var):
+        for slot, var in enumerate(first.args[0] if listed else first.args):
+            if autobatch.shared(var):  # (a parameter: one in every member, a traced call's)
                 inputs.append((False, _value(var, staged)))
+                read.append(None)
+                continue
+            each = [args[slot] for args in entries]
+            if staged:
+                values = [_value(member, staged) for member in each]
             else:
-                if staged:
-                    values = [_value(args[slot], staged) for args in entries]
-                else:
-                    values = [args[slot]._value for args in entries]
-                inputs.append((True, autobatch.gather(values, rows, xp)))
+                values = [member._value for member in each]
+            inputs.append((True, autobatch.gather(values, rows, xp)))
+            read.append(each if keep else None)
         saved = None
         if saving and getattr(rule, "saves", False):
             out, saved = rule.run_saving(xp, first.attrs, inputs, first)
@@ -671,7 +675,7 @@ def _batched_step(members, rule, steps, ops, xp, staged, rows, is_numpy, saving=
         value if value.base is not None or slot in reads else None
         for slot, (_, value) in enumerate(inputs)
     ]
-    return ids, operands, out, saved
+    return ids, operands, out, saved, read if keep else None
 
 
 def _general(op, kernel, attrs, xp, staged, is_numpy):
