@@ -31,6 +31,7 @@ import numpy as np
 from ops.xp import _NDARRAY
 from tape import guard, instrument, rollback
 from tape.errors import ExecutionError, FluidError, GraphError
+from tape.op_handle import CallHandle
 from tape.passes import autobatch
 from tape.passes.plan import kernel_for
 from tape.trace import module_of
@@ -142,7 +143,11 @@ def run_all_batched(tape, heuristic):
     append, bound_outputs = steps.append, tape.bound_outputs
     for op in ops:  # (the instructions ``_decide`` makes, with nothing to free; one pass)
         defn = op.defn
-        for var in op.args if defn.simple_inputs else autobatch.inputs(op):  # (_inputs_ready)
+        if defn.simple_inputs:  # (_inputs_ready)
+            inputs = op.args
+        else:
+            inputs = op.args[0] if op.__class__ is CallHandle else autobatch.inputs(op)
+        for var in inputs:
             pending = var._pending
             if pending is not tape and (pending is not None or var._value is None):
                 return False
