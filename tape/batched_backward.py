@@ -70,7 +70,7 @@ def gradients(tape, loss, run, seed):
     parts_read = parts_read or loss._piece is not None
     ran = ran or [None] * len(groups)
     units = [
-        (tuple(ops[p] for p in group), rule, facts)
+        (tuple([ops[p] for p in group]), rule, facts)  # (a list first: no generator)
         for group, rule, facts in zip(groups, rules, ran)
     ]
     units.reverse()
