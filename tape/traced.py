@@ -123,8 +123,9 @@ def _lazy_options():
     ``compile=True``): a compiled plan autobatches ops, not calls, and a recorded backward
     would differentiate each call alone (a parameter's gradient per member)."""
     global _OPTIONS
-    _OPTIONS = importlib.import_module("tape.lazy").options  # (the module: ``tape.lazy`` is
-    return _OPTIONS  # the context)
+    # (the module: ``tape.lazy`` the package exports is the context manager)
+    _OPTIONS = importlib.import_module("tape.lazy").options
+    return _OPTIONS
 
 
 def _is_array(value):

@@ -20,8 +20,10 @@ Scheduling, per segment between barriers, in linear scans (tape order is topolog
 
 1. signatures: one small int per op (-1: does not batch), one dictionary look-up per op; the
    rule's ``accepts`` is asked once per distinct signature, attribute keys once per attribute
-   dict. If no signature has ``MIN_GROUP`` ops in the segment, it runs in tape order with no
-   further work (``Schedule.bailed`` counts those ops);
+   dict; a traced call passed no shared argument is looked up by its program
+   (``CallHandle.signature``), its inputs not scanned. If no signature has ``MIN_GROUP``
+   ops in the segment, it runs in tape order with no further work (``Schedule.bailed``
+   counts those ops);
 2. the dependency DAG (flat int lists), then one of the heuristics below. A run whose schedule
    has no batched group at all (a chain: its ops of one signature all depend on each other)
    is executed exactly as without autobatching, in tape order.
