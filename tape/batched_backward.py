@@ -232,6 +232,11 @@ class _Flows:
             self._add(first >> ROW_BITS, slice(row, row + count), g, True)
             return ()
         # (the rows of one operand have one shape and dtype: one bank, whichever groups)
+        if -1 not in codes:  # (every row a group's: the first's bank, checked by _add)
+            coded = np.array(codes, np.int64)
+            coded &= ROW_MASK
+            self._add(first >> ROW_BITS, coded, g, len(set(codes)) == count)
+            return ()
         coded = np.array(codes, np.int64)
         banks = coded >> ROW_BITS  # (-1 for an input no group computed)
         distinct = len(set(codes)) + max(codes.count(-1) - 1, 0) == count  # (-1: no row)
