@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import threading
 
 import numpy as np
 
@@ -254,14 +255,16 @@ def trace(fn, args, specs, inputs):
 # number, so that the keys of the calls they are passed to hash an int, not nested tuples of
 # shapes and dtypes (~0.2 us of a four-argument call's ~3). Layouts are few: kept for good.
 _LAYOUTS, _LAYOUT_NUMBERS = [], {}
+_LAYOUT_LOCK = threading.Lock()  # (two threads tracing at once must not share a number)
 
 
 def _layout_number(out_descs):
-    number = _LAYOUT_NUMBERS.get(out_descs)
-    if number is None:
-        number = _LAYOUT_NUMBERS[out_descs] = len(_LAYOUTS)
-        _LAYOUTS.append(out_descs)
-    return number
+    with _LAYOUT_LOCK:
+        number = _LAYOUT_NUMBERS.get(out_descs)
+        if number is None:
+            number = _LAYOUT_NUMBERS[out_descs] = len(_LAYOUTS)
+            _LAYOUTS.append(out_descs)
+        return number
 
 
 def _is_parameter(var):

@@ -277,6 +277,29 @@ def test_calls_group_by_program_and_which_parameters_they_are_passed():
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_a_piece_names_its_packed_layout_so_calls_of_other_layouts_trace_apart():
+    """A part passed to a call is keyed by its packed output's layout (a number standing for
+    its results' shapes and dtypes): the same function given the first part of results laid
+    out differently traces twice, and each trace slices its own layout."""
+    rng = np.random.default_rng(0)
+    short = tape.traced(lambda x: (ops.tanh(x), ops.tanh(x[:2])))  # (3,) then (2,)
+    long = tape.traced(lambda x: (ops.sigmoid(x), x * 2.0))  # (3,) then (3,)
+    head = tape.traced(lambda h: ops.tanh(h) * 3.0)
+    xs = [rng.standard_normal(3) for _ in range(4)]
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        outs = [head(short(tape.Variable(x))[0]) for x in xs[:2]]
+        outs += [head(long(tape.Variable(x))[0]) for x in xs[2:]]
+        values = [o.numpy() for o in outs]
+    assert len(head.programs) == 2
+    keys = list(head.programs)
+    assert keys[0][0][2] != keys[1][0][2]  # (("piece", input, layout, index),)
+    want = [np.tanh(np.tanh(x)) * 3 for x in xs[:2]]
+    want += [np.tanh(1 / (1 + np.exp(-x))) * 3 for x in xs[2:]]
+    for got, expected in zip(values, want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
 def test_a_call_with_no_shared_argument_carries_its_program_as_its_batch_signature():
     """The autobatching pass looks such a call's signature up by its program instead of
     scanning its inputs (``CallHandle.signature``): the keys equal those of the scan, and a
