@@ -139,7 +139,7 @@ def run_all_batched(tape, heuristic):
         return False
     ops = list(tape._pending_ops)
     xp = module_of(var for op in ops for var in op.input_vars())
-    kernels, steps, random = {}, [], False
+    kernels, steps, random, shared = {}, [], False, {}
     append, bound_outputs = steps.append, tape.bound_outputs
     for op in ops:  # (the instructions ``_decide`` makes, with nothing to free; one pass)
         defn = op.defn
@@ -164,7 +164,12 @@ def run_all_batched(tape, heuristic):
             inputs = set(map(id, op.input_vars()))  # (a set: a traced call reads ~6, writes ~3)
             if any(id(out) in inputs for out in op.output_vars()):
                 return False  # (an output bound to an input: written in place)
-        append((kernel, op.attrs, op.args, None, False, ()))
+        # (such an op runs through ``_general``, which reads its inputs from the op: ops with
+        # one kernel and one attribute dict, a traced program's calls, share one instruction)
+        step = shared.get(id(op.attrs))
+        if step is None or step[0] is not kernel or step[1] is not op.attrs:
+            step = shared[id(op.attrs)] = (kernel, op.attrs, None, None, False, ())
+        append(step)
     decision = _Decision(ops, steps, set())
     snapshot = rollback.Snapshot(random)
     staged = {}
