@@ -213,8 +213,9 @@ def _wiring_step(lazy, wire, scaled=False):
         [(0, 1), (2, 3), (4, 5)],  # each product group reads its operands' rows in order
         [(5, 4), (3, 2), (1, 0)],  # in reverse: the rows are added by index
         [(0, 0), (1, 1), (2, 5), (5, 2)],  # a node read twice by one group: its rows add up
+        [(0, 1), (0, 2), (3, 0), (4, 4)],  # twice by one operand, every row a group's
     ],
-    ids=["in-order", "reversed", "read-twice"],
+    ids=["in-order", "reversed", "read-twice", "one-operand-twice"],
 )
 def test_gradients_flow_between_groups_as_stacked_rows(wire):
     want, _ = _wiring_step(None, wire)
