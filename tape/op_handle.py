@@ -57,16 +57,20 @@ class OpHandle:
 
 
 class CallHandle(OpHandle):
-    """A ``tape.traced`` call: an OpHandle that also knows its batch signature where its
-    program alone fixes it (``signature``: the program, as no argument is a shared Variable
-    whose identity the signature would name; else None), so that the autobatching pass looks
-    it up instead of scanning the call's inputs (``tape.passes.autobatch``)."""
+    """A ``tape.traced`` call: an OpHandle that also knows whether its program alone is its
+    batch signature, as no argument is a shared Variable whose identity the signature would
+    name, so that the autobatching pass looks it up instead of scanning the call's inputs
+    (``tape.passes.autobatch``). ``watched``: None where it is not; else the positions, in
+    the call's one list of inputs, of the user's own Variables: the user may yet make one a
+    parameter (``persistable``, ``requires_grad``) before the call runs, and the pass checks
+    those. Positions, not the Variables: a reference held here would look like the user's to
+    the reference counts that free values."""
 
-    __slots__ = ("signature",)
+    __slots__ = ("watched",)
 
-    def __init__(self, defn, args, results, attrs, location, index, signature):
+    def __init__(self, defn, args, results, attrs, location, index, watched):
         super().__init__(defn, args, results, attrs, location, index)
-        self.signature = signature
+        self.watched = watched
 
 
 def _slot_view(slots, entries):

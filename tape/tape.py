@@ -509,16 +509,17 @@ def apply_inferred(defn, args, attrs, descs):
     return record(tape, defn, args, attrs, None, False, 4, descs)
 
 
-def record_lazy(tape, defn, inputs, attrs, descs, layout, signature=None):
+def record_lazy(tape, defn, inputs, attrs, descs, layout, watched=None):
     """``apply_inferred`` of ``defn`` on one list of ``inputs`` for a lazy ``tape`` (the
     caller's): ``tape.traced``'s calls, one op standing for a function's ~20, so that its few
     microseconds of recording are the step's largest cost left. ``descs``: the packed
     output's (shape, dtype), then a list of its parts' (every output of one dtype); each part
     is marked as piece ``index`` of the packed output (``_piece``: ``(out, layout, index)``,
-    ``layout`` the number ``tape.traced`` names the output's layout by); ``signature``: its
-    batch signature where the caller knows it (``CallHandle``). Returns the packed output
-    and the list of parts. Anything ``record`` would watch (an observer, shared buffers, a
-    trusted backward) takes the whole way."""
+    ``layout`` the number ``tape.traced`` names the output's layout by); ``watched``: where
+    the program alone is its batch signature, the positions of the user's Variables among
+    ``inputs`` (``CallHandle``), else None. Returns the packed output and the list of
+    parts. Anything ``record`` would watch (an observer, shared buffers, a trusted backward)
+    takes the whole way."""
     args = (inputs,)
     if _HOOK is not None or record is not _RECORD or SHARED or state.trusted or not tape.lazy:
         out, parts = apply_inferred(defn, args, attrs, descs)
@@ -539,7 +540,7 @@ def record_lazy(tape, defn, inputs, attrs, descs, layout, signature=None):
             var._pending = tape
             parts.append(var)
         location = state.location or user_location(3)
-        op = CallHandle(defn, args, (out, parts), attrs, location, len(tape._ops), signature)
+        op = CallHandle(defn, args, (out, parts), attrs, location, len(tape._ops), watched)
         tape._ops.append(op)
         pending = tape._pending_ops
         if len(pending) & STEP_MASK == 0:

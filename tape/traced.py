@@ -75,7 +75,7 @@ class TracedFunction:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
-        key, inputs, plain = _signature(self.fn, args, current)  # (``_program``, inlined)
+        key, inputs, watched = _signature(self.fn, args, current)  # (``_program``, inlined)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
@@ -88,7 +88,7 @@ class TracedFunction:
             program.attrs,
             program.descs,
             program.layout,
-            program if plain else None,  # (no shared argument: the program is the signature)
+            watched,  # (no shared argument: the program is the signature, CallHandle)
         )
         return tuple(parts) if parts else out
 
@@ -135,19 +135,22 @@ def _is_array(value):
 
 def _signature(fn, args, tape):
     """The cache key of a call on ``tape``, per argument how the trace reads it, the
-    Variables the call passes, and whether none of them is shared (``autobatch.shared``: a
-    parameter passed as an argument, which a batch signature names by identity). An argument
+    Variables the call passes, and where the user's own Variables are among them (positions
+    in that list), or None where one is shared now (``autobatch.shared``: a parameter passed
+    as an argument, which a batch signature names by identity; ``CallHandle``). An argument
     is a Variable (keyed by its shape and dtype; an array becomes a constant one), a result
     of another traced call still pending on ``tape`` (the call's packed output is passed
     instead, and the program slices it: a tree of calls records no slices between them), or
     a hashable Python value (keyed by its value)."""
-    key, inputs, plain = [], [], True
+    key, inputs, watched = [], [], []
     for k, arg in enumerate(args):
+        made = False  # (a constant made here of an array: no one else can flag it shared)
         if arg.__class__ is not Variable and _is_array(arg):
             if arg.__class__ is np.ndarray and arg.dtype.kind in "biufc":  # (Variable(arg)'s
                 arg = Variable._make(arg.copy(), arg.shape, arg.dtype, False)  # copy, checked)
             else:
                 arg = Variable(arg)
+            made = True
         if arg.__class__ is Variable or isinstance(arg, Variable):
             piece = arg._piece
             if piece is None or tape is None or piece[0]._pending is not tape:
@@ -162,8 +165,11 @@ def _signature(fn, args, tape):
             if index == len(inputs):
                 inputs.append(source)
             if piece is None:
-                if arg.persistable or (arg._leaf and arg.requires_grad):  # (shared())
-                    plain = False
+                if watched is not None and not made:
+                    if arg.persistable or (arg._leaf and arg.requires_grad):  # (shared())
+                        watched = None
+                    else:
+                        watched.append(index)
                 shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
                 key.append(("var", index, shape, arg.dtype))
             else:
@@ -182,7 +188,7 @@ def _signature(fn, args, tape):
                 location=user_location(),
             ) from None
         key.append(("value", arg.__class__, arg))
-    return tuple(key), inputs, plain
+    return tuple(key), inputs, watched
 
 
 class _TraceTape(Tape):

@@ -21,7 +21,7 @@ Scheduling, per segment between barriers, in linear scans (tape order is topolog
 1. signatures: one small int per op (-1: does not batch), one dictionary look-up per op; the
    rule's ``accepts`` is asked once per distinct signature, attribute keys once per attribute
    dict; a traced call passed no shared argument is looked up by its program
-   (``CallHandle.signature``), its inputs not scanned. If no signature has ``MIN_GROUP``
+   (``CallHandle.watched``), its inputs not scanned. If no signature has ``MIN_GROUP``
    ops in the segment, it runs in tape order with no further work (``Schedule.bailed``
    counts those ops);
 2. the dependency DAG (flat int lists), then one of the heuristics below. A run whose schedule
@@ -308,7 +308,7 @@ class _Signatures:
         self.attr_keys = {}  # id(attrs) -> hashable key, or None (the ops hold their attrs)
         self.tails = {}  # id(attrs) -> how many last inputs the attributes fix (fixed_inputs)
         self.known = {}  # (defn, attribute key, inputs) -> signature
-        self.programs = {}  # a traced call's CallHandle.signature -> its signature
+        self.programs = {}  # id(a traced program's attributes) -> its calls' signature
         self.rules, self.counts, self.bailed = [], [], 0
 
     def keys(self, ops, start, stop):
@@ -320,9 +320,9 @@ class _Signatures:
         append = keys.append
         programs = self.programs
         for op in ops[start:stop]:
-            if op.__class__ is CallHandle and op.signature is not None:
-                key = programs.get(op.signature)  # (a traced call's program fixes it)
-                if key is not None:
+            if op.__class__ is CallHandle and op.watched is not None:
+                key = programs.get(id(op.attrs))  # (the call's program fixes it, where none
+                if key is not None and _unshared(op):  # of the user's Variables is shared)
                     if key >= 0:
                         counts[key] += 1
                     append(key)
@@ -375,8 +375,8 @@ class _Signatures:
                 key = known.get(signature)
             if key is None:
                 key = known[signature] = self._new(rule, attrs, args)
-            if op.__class__ is CallHandle and op.signature is not None:
-                programs[op.signature] = key
+            if op.__class__ is CallHandle and op.watched is not None and not any(parts[2:]):
+                programs[id(op.attrs)] = key  # (no input shared: the program's signature)
             if key >= 0:
                 counts[key] += 1
             append(key)
@@ -390,6 +390,17 @@ class _Signatures:
         self.rules.append(rule)
         self.counts.append(0)
         return len(self.rules) - 1
+
+
+def _unshared(call):
+    """Whether none of the user's Variables a traced call was passed (``CallHandle.watched``)
+    has been made shared since the call was recorded."""
+    inputs = call.args[0]
+    for position in call.watched:
+        var = inputs[position]
+        if var.persistable or (var._leaf and var.requires_grad):  # (shared())
+            return False
+    return True
 
 
 def _rule(defn, parts=False):

@@ -300,10 +300,11 @@ def test_a_piece_names_its_packed_layout_so_calls_of_other_layouts_trace_apart()
         np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
-def test_a_call_with_no_shared_argument_carries_its_program_as_its_batch_signature():
+def test_a_call_with_no_shared_argument_is_looked_up_by_its_program():
     """The autobatching pass looks such a call's signature up by its program instead of
-    scanning its inputs (``CallHandle.signature``): the keys equal those of the scan, and a
-    call passed a parameter as an argument carries none (its signature names the parameter)."""
+    scanning its inputs (``CallHandle.watched``: the positions of the user's own Variables
+    among them): the keys equal those of the scan, and a call passed a parameter as an
+    argument is scanned (its signature names the parameter)."""
     from tape.op_handle import CallHandle, OpHandle
     from tape.passes import autobatch
 
@@ -318,12 +319,7 @@ def test_a_call_with_no_shared_argument_carries_its_program_as_its_batch_signatu
         outs += [f(x, tape.Variable(rng.standard_normal((3, 3)))) for x in xs[3:]]
         pending = list(tape.get_global_tape()._pending_ops)
         calls = [op for op in pending if op.__class__ is CallHandle]
-        assert len(calls) == 9
-        assert [op.signature is not None for op in calls] == [False, True] * 3 + [True] * 3
-        assert {id(op.signature) for op in calls if op.signature is not None} == {
-            id(g.program_for(outs[0])),
-            id(f.program_for(xs[3], tape.Variable(np.ones((3, 3))))),
-        }
+        assert [op.watched for op in calls] == [None, [0]] * 3 + [[0, 1]] * 3
         scanned = [
             OpHandle(op.defn, op.args, op.results, op.attrs, op.location, op.index)
             for op in pending
@@ -332,6 +328,32 @@ def test_a_call_with_no_shared_argument_carries_its_program_as_its_batch_signatu
         assert keys == autobatch._Signatures(True).keys(scanned, 0, len(scanned))
         assert len({keys[pending.index(op)] for op in calls}) == 3
         tape.backward(ops.stack([o.sum() for o in outs]).sum())
+
+
+def test_a_variable_made_a_parameter_after_the_call_is_read_per_call():
+    """Calls passed different Variables of the user's go as one program; one of them made a
+    parameter before the run (``persistable``) is then shared, so its calls form a group of
+    their own and every call reads its own Variable, values and gradients as eagerly."""
+    rng = np.random.default_rng(1)
+    f = tape.traced(lambda x, v: ops.tanh(ops.matmul(x, v)))
+    xs = [rng.standard_normal(3) for _ in range(6)]
+    ws = [rng.standard_normal((3, 3)) for _ in range(2)]
+
+    def run(lazy):
+        tape.reset_global_tape()
+        weights = [tape.Variable(w) for w in ws]
+        leaves = [tape.Variable(x, requires_grad=True) for x in xs]
+        with tape.lazy(enabled=lazy, autobatch=True):
+            outs = [f(x * 1.0, weights[k % 2]) for k, x in enumerate(leaves)]
+            weights[0].persistable = True  # (after the calls were recorded)
+            tape.backward(ops.stack([o.sum() for o in outs]).sum())
+            return [o.numpy() for o in outs] + [x.grad().numpy() for x in leaves]
+
+    lazy, eager = run(True), run(False)
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    np.testing.assert_allclose(lazy[0], np.tanh(xs[0] @ ws[0]), rtol=1e-12)
+    np.testing.assert_allclose(lazy[1], np.tanh(xs[1] @ ws[1]), rtol=1e-12)
 
 
 def test_a_call_made_by_hand_with_other_parameters_is_not_grouped_with_traced_calls():
