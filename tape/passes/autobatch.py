@@ -321,8 +321,9 @@ class _Signatures:
         programs = self.programs
         for op in ops[start:stop]:
             if op.__class__ is CallHandle and op.watched is not None:
-                key = programs.get(id(op.attrs))  # (the call's program fixes it, where none
-                if key is not None and _unshared(op):  # of the user's Variables is shared)
+                # (the call's program fixes it, where none of the user's Variables is shared)
+                key = programs.get(id(op.attrs))
+                if key is not None and (not op.watched or _unshared(op)):
                     if key >= 0:
                         counts[key] += 1
                     append(key)
