@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
+import weakref
 
 import numpy as np
 
@@ -203,6 +204,18 @@ def _compile(expression, xp, name):
     return _Adaptive(expression, blocked.compile(expression, xp))
 
 
+_ADAPTIVE = weakref.WeakSet()  # the live kernels that may still move to numba (_Adaptive)
+
+
+def unsettled(within=1.0):
+    """How many fused kernels that ran in the last ``within`` seconds may still move to numba
+    (``_Adaptive``: a move imports numba and loads the kernel, ~0.2-0.5 s once in a process).
+    A benchmark warms a step up until none may, so that no move falls in a timed block; a
+    training loop meets it once."""
+    since = time.perf_counter() - within
+    return sum(1 for k in list(_ADAPTIVE) if k.spent is not None and k.last >= since)
+
+
 class _Adaptive:
     """Blocked numpy until the expression has cost ``NUMBA_AFTER_SECONDS`` (its compile), or
     ``NUMBA_CACHED_SECONDS`` where its kernel is on disk (its load); then numba, where it is
@@ -212,7 +225,7 @@ class _Adaptive:
     moves once its machine code is on disk; the program does not wait for the compile."""
 
     __slots__ = ("expression", "run", "spent", "backend", "exact", "after", "calls", "ticket")
-    __slots__ += ("__weakref__",)
+    __slots__ += ("last", "__weakref__")
 
     def __init__(self, expression, run, exact=False):
         from ops.fusion_backends import numba_loops
@@ -221,17 +234,20 @@ class _Adaptive:
         self.backend = getattr(run, "backend", "blocked")
         self.after = None  # (the seconds it waits: decided at its first run)
         self.calls, self.ticket = 0, None  # (ticket: the compile process's key, once asked)
+        self.last = 0.0  # (when it last ran: ``unsettled``)
         if not (numba_loops.available() and numba_loops.covers(expression)):
             self.spent = None  # never moves
         elif expression.size > NUMBA_LIBM_MAX_SIZE and numba_loops.scalar_libm(expression):
             self.spent = None  # scalar libm calls on large arrays: numpy's SIMD loops win
+        else:
+            _ADAPTIVE.add(self)
 
     def __call__(self, *inputs):
         if self.spent is None:
             return self.run(*inputs)
         if self.after is None:
             self._decide()
-        start = time.perf_counter()
+        start = self.last = time.perf_counter()
         outs = self.run(*inputs)
         self.spent += time.perf_counter() - start
         if self.ticket is not None:
@@ -305,4 +321,11 @@ def clear_cache():
     _cache.clear()
 
 
-__all__ = ["fused_elementwise", "kernel_for", "set_backend", "backend", "current_backend"]
+__all__ = [
+    "fused_elementwise",
+    "kernel_for",
+    "set_backend",
+    "backend",
+    "current_backend",
+    "unsettled",
+]

@@ -1,5 +1,7 @@
 """How fused_elementwise chooses and caches backends, and its runs on the emulated GPU."""
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,28 @@ def test_auto_moves_vectorising_expressions_to_numba_once_they_paid_for_it(
     tiny(*_arrays(small))
     tiny(*_arrays(small))
     assert tiny.backend == ("numba" if numba_loops.available() else "reference")
+
+
+@pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
+def test_a_kernel_that_may_still_move_is_unsettled_until_it_moved(fresh_cache, monkeypatch):
+    """``fused.unsettled`` counts the kernels that ran lately and may still move to numba (a
+    benchmark warms a step up until none may); one that moved, or ran long ago, is not."""
+    monkeypatch.setattr(fused, "NUMBA_AFTER_SECONDS", 3600.0)  # (no move by time spent)
+    monkeypatch.setattr(fused, "NUMBA_CACHED_SECONDS", 3600.0)
+    monkeypatch.setattr(fused, "NUMBA_SUBMIT_CALLS", 10**9)  # (nor handed to a compile)
+    monkeypatch.setattr(fused, "_ADAPTIVE", weakref.WeakSet())  # (other tests' kernels)
+    expression = _arithmetic((64, 64))
+    inputs = _arrays(expression)
+    kernel = fused.kernel_for(expression, np)
+    assert fused.unsettled() == 0  # (made, not yet run)
+    kernel(*inputs)
+    assert fused.unsettled() == 1
+    assert fused.unsettled(within=0.0) == 0  # (it ran, but not within no time at all)
+    adaptive = kernel.run if isinstance(kernel, fused._Located) else kernel
+    adaptive.after = 0.0  # (it has paid for its compile now: moves at its next run)
+    kernel(*inputs)
+    assert adaptive.backend == "numba"
+    assert fused.unsettled() == 0
 
 
 def _shared(kernel):
