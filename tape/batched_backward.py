@@ -246,9 +246,6 @@ class _Flows:
         bank = int(banks[known[0]])
         if (banks[known] != bank).any():
             raise ValueError("an operand's rows come from groups of other shapes")
-        if known.size == count:
-            self._add(bank, coded & ROW_MASK, g, distinct)
-            return ()
         self._add(bank, coded[known] & ROW_MASK, g[known], distinct)
         return (banks < 0).nonzero()[0].tolist()
 

@@ -185,16 +185,13 @@ def _segment(ops, start, stop, signatures, heuristic, min_group, result):
                 producer[out] = offset
                 for var in parts:
                     producer[var] = offset
-                waiting.append(count)
-                depth.append(level)
-                offset += 1
-                continue
-            for entry in op.results:  # (op.output_vars() without the list it builds)
-                if entry.__class__ is list or entry.__class__ is tuple:
-                    for var in entry:
-                        producer[var] = offset
-                elif entry is not None:
-                    producer[entry] = offset
+            else:
+                for entry in op.results:  # (op.output_vars() without the list it builds)
+                    if entry.__class__ is list or entry.__class__ is tuple:
+                        for var in entry:
+                            producer[var] = offset
+                    elif entry is not None:
+                        producer[entry] = offset
         waiting.append(count)
         depth.append(level)
         offset += 1
@@ -397,11 +394,7 @@ def _unshared(call):
     """Whether none of the user's Variables a traced call was passed (``CallHandle.watched``)
     has been made shared since the call was recorded."""
     inputs = call.args[0]
-    for position in call.watched:
-        var = inputs[position]
-        if var.persistable or (var._leaf and var.requires_grad):  # (shared())
-            return False
-    return True
+    return not any(shared(inputs[position]) for position in call.watched)
 
 
 def _rule(defn, parts=False):
