@@ -511,13 +511,13 @@ def _execute_batched(tape, decision, snapshot, staged, xp, variables, heuristic,
     unread = None if plan.parts_read else freed  # (parts no op reads: views only where held)
     ran = [None] * len(groups)  # per batched group: what its backward reads (see below)
     kept = [] if getattr(tape, "_with_backward", None) else None  # groups with facts
-    keep = kept is not None and not variables  # (their inputs too, where nothing is freed)
+    saving = kept is not None  # (a batched backward follows: facts kept per group)
+    keep = saving and not variables  # (their inputs too, where nothing is freed)
     torn = set()  # ids of batched results (and their bases) some rows of which were freed
     for number, (members, rule, frees) in enumerate(zip(groups, rules, free_at)):
         if rule is None:
             _located_step(steps[members[0]], ops[members[0]], xp, staged, is_numpy)
         else:
-            saving = kept is not None
             facts = _batched_step(
                 members, rule, steps, ops, xp, staged, rows, is_numpy, saving, unread, keep
             )
