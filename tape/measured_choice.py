@@ -11,14 +11,21 @@ the way whose cost per op is lower, the alternative only where it costs at most 
 the usual way (``MARGIN`` unless said otherwise): where the two are close, a step's noise
 (+-30% here) would flip the choice back and forth. A way's cost is the lowest of its last
 ``WINDOW`` runs: noise here only ever adds time (another process, the garbage collector, a page
-fault), and an average would let one slow run make its way lose for a long time. The other way
-is probed again after ``PROBE`` runs (its old runs forgotten: they are stale); each probe it
-loses doubles that interval (up to ``MAX_INTERVAL``), so a settled choice costs at most one run
-in ``MAX_INTERVAL`` the slower way, and a probe that wins switches the choice and resets the
-interval. The interval is also at least what keeps the probes' extra cost (the slower way's
-cost above the faster one's) under ``PROBE_SHARE`` of the time, as measured when both ways
-have run and after each lost probe: a way three times slower (the eager way beside a cached
-plan on a chain of small ops) is probed after 40 runs, not 8, 16 and 32.
+fault), and an average would let one slow run make its way lose for a long time. Nor are costs
+measured far apart compared as equals: a shared machine's load changes over minutes, so a way
+last measured more than ``WINDOW`` runs ago starts a new window when it runs next, as a probe
+or because the other way's recent runs made it the choice. A way that won on a cost from a
+quieter phase is taken once, measured afresh and kept only if it still wins (measured here: the
+``parallel`` workload's plan, slowed for four steps by another process, lost to an eager-way
+cost measured a hundred steps before, and the eager way then ran four steps at up to 12x that
+cost before it left the window). The other way is probed again after ``PROBE`` runs (its old
+runs forgotten: they are stale); each probe it loses doubles that interval (up to
+``MAX_INTERVAL``), so a settled choice costs at most one run in ``MAX_INTERVAL`` the slower way,
+and a probe that wins switches the choice and resets the interval. The interval is also at least
+what keeps the probes' extra cost (the slower way's cost above the faster one's) under
+``PROBE_SHARE`` of the time, as measured when both ways have run and after each lost probe: a
+way three times slower (the eager way beside a cached plan on a chain of small ops) is probed
+after 40 runs, not 8, 16 and 32.
 
 A way taken ``UNMEASURED`` times in a row without ever being measured (its runs all did work a
 warm run does not, say) is set aside for the measured one until the next probe, at intervals
@@ -54,6 +61,7 @@ class Measured:
         "interval",
         "probing",
         "untimed",
+        "measured_at",
     )
 
     def __init__(self, first=False, patience=0, margin=MARGIN):
@@ -61,6 +69,7 @@ class Measured:
         self.first, self.patience, self.margin = first, patience, margin
         self.runs, self.next_probe, self.interval, self.probing = 0, PROBE, PROBE, False
         self.untimed = 0  # times the alternative was taken without being measured
+        self.measured_at = [0, 0]  # ``runs`` when each way was last measured
 
     @property
     def usual(self):
@@ -114,8 +123,9 @@ class Measured:
             self.patience -= 1
         runs = self.runs_of[bool(other)]
         first_of_both = not runs and bool(self.runs_of[not other])
-        if self.probing:
-            runs.clear()
+        if self.probing or self.runs - self.measured_at[bool(other)] > WINDOW:
+            runs.clear()  # (costs from a probe ago, or another phase of the machine)
+        self.measured_at[bool(other)] = self.runs
         runs.append(per_op)
         del runs[:-WINDOW]
         if self.probing:

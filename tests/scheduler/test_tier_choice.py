@@ -147,6 +147,39 @@ def test_the_alternative_must_win_by_the_margin():
     assert choice.prefers_other()
 
 
+def test_a_cost_from_long_ago_is_replaced_when_its_way_is_taken_again():
+    """The other way's cheap cost, measured a phase of the machine ago, wins it one run, not a
+    window: its next run starts its costs afresh."""
+    choice = Measured()
+    choice.choose()
+    choice.measured(False, 1.0)
+    choice.choose()
+    choice.measured(True, 0.95)  # cheaper, but not by the margin: the usual way stays
+    while choice.choose() is False:  # until a probe of the alternative, which loses
+        choice.measured(False, 1.0)
+    choice.measured(True, 0.95)
+    for _ in range(WINDOW + 1):  # (the next probe comes later still)
+        assert choice.choose() is False
+        choice.measured(False, 1.0)
+    for _ in range(WINDOW):  # a busy phase: every run slower, the usual way's first
+        assert choice.choose() is False
+        choice.measured(False, 1.2)
+    assert choice.choose() is True  # (0.95 from the quiet phase, against 1.2)
+    choice.measured(True, 1.3)  # taken again, the alternative is as slowed
+    assert choice.runs_of[1] == [1.3]
+    assert choice.choose() is False
+
+
+def test_a_cost_measured_recently_stays_in_its_window():
+    choice = Measured()
+    choice.choose()
+    choice.measured(False, 1.0)
+    for cost in (0.5, 0.6):
+        assert choice.choose() is True
+        choice.measured(True, cost)
+    assert choice.runs_of[1] == [0.5, 0.6]
+
+
 def test_a_way_never_measured_is_set_aside_and_tried_again_ever_less_often():
     # (its runs all did work a warm run does not: taken for good, it would never be timed)
     choice = Measured()
