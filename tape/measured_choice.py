@@ -121,11 +121,12 @@ class Measured:
         seconds per op; after a probe, sets when the next one comes."""
         if other == self.first and self.patience > 0:
             self.patience -= 1
-        runs = self.runs_of[bool(other)]
-        first_of_both = not runs and bool(self.runs_of[not other])
-        if self.probing or self.runs - self.measured_at[bool(other)] > WINDOW:
+        way = bool(other)
+        runs = self.runs_of[way]
+        first_of_both = not runs and bool(self.runs_of[not way])
+        if self.probing or self.runs - self.measured_at[way] > WINDOW:
             runs.clear()  # (costs from a probe ago, or another phase of the machine)
-        self.measured_at[bool(other)] = self.runs
+        self.measured_at[way] = self.runs
         runs.append(per_op)
         del runs[:-WINDOW]
         if self.probing:
