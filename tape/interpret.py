@@ -653,7 +653,7 @@ def _batched_step(
             else:
                 values = [member._value for member in each]
             inputs.append((True, autobatch.gather(values, rows, xp)))
-            read.append(each if keep else None)
+            read.append(each)
         saved = None
         if saving and getattr(rule, "saves", False):
             out, saved = rule.run_saving(xp, first.attrs, inputs, first)

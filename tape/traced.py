@@ -75,7 +75,7 @@ class TracedFunction:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
-        key, inputs, watched = _signature(self.fn, args, current)  # (``_program``, inlined)
+        key, inputs, watched = _signature(self.fn, args, current)  # (program_for's look-up)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
@@ -95,16 +95,11 @@ class TracedFunction:
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
         ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
-        return self._program(args, None)[0]
-
-    def _program(self, args, tape):
-        """The Program for ``args`` (traced on first sight of their signature) and the
-        Variables a call on ``tape`` passes it (``_signature``)."""
-        key, inputs, _ = _signature(self.fn, args, tape)
+        key, inputs, _ = _signature(self.fn, args, None)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
-        return program, inputs
+        return program
 
 
 def traced(fn):
@@ -166,7 +161,7 @@ def _signature(fn, args, tape):
                 inputs.append(source)
             if piece is None:
                 if watched is not None and not made:
-                    if arg.persistable or (arg._leaf and arg.requires_grad):  # (shared())
+                    if arg.persistable or (arg._leaf and arg.requires_grad):  # (autobatch.shared)
                         watched = None
                     else:
                         watched.append(index)
