@@ -4,8 +4,8 @@ A fused group moves from numpy to a numba kernel once it has run often enough to
 compile (``ops.fused``). Compiled in the program's own process, that compile stalls the program
 for 0.3-2.5 s per kernel structure. On a thread beside it, the stall is no shorter: numba's
 compiler holds the interpreter lock, and the main thread's small numpy ops were measured 5x
-slower while it ran (benchmarks/README.md). So the compile runs in a child process. The child
-compiles the kernel's generated module into the on-disk kernel cache
+slower while it ran (benchmarks/HISTORY.md, stop 32). So the compile runs in a child
+process. The child compiles the kernel's generated module into the on-disk kernel cache
 (``fusion_backends.kernel_cache``) and replies. The program goes on in numpy until the reply
 arrives, then loads the machine code from disk, which takes milliseconds.
 
