@@ -18,6 +18,7 @@ from ops.compose import mul as _mul
 from ops.compose import neg as _neg
 from ops.compose import sub as _sub
 from ops.compose import sum_keep as _sum_keep
+from ops.fusion_backends import softmax_rows
 from ops.infer import (
     broadcast_shapes,
     normalize_axis,
@@ -50,6 +51,10 @@ _SWCE_ATTRS = {
     "axis": Attr("int", -1),
     "ignore_index": Attr("int", -100),
     "soft_label": Attr("bool", False),
+    # The softmax by ``ops.fusion_backends.softmax_rows`` where it applies: faster, equal to
+    # numpy's within rounding. Lazy plans set it unless exact (``tape.passes.fast_kernels``);
+    # the gradient op ignores it.
+    "fast_exp": Attr("bool", False),
 }
 
 
@@ -130,9 +135,19 @@ def softmax_with_cross_entropy(xp, attrs, logits, label):
     by ``softmax_with_cross_entropy_grad``, plus softmax_grad(Softmax, dSoftmax) when the Softmax
     output received a gradient. dLabel (soft labels only) = -log_softmax(Logits) * dLoss.
 
+    ``fast_exp`` (hard labels, last axis): the softmax as ``ops.fusion_backends.softmax_rows``
+    computes it where that applies, equal to the default within rounding; off by default, so
+    eager mode keeps numpy's bits (lazy plans that may round differently turn it on).
+
     The functional call returns the namedtuple ``SoftmaxCrossEntropy(softmax, loss)``.
     """
     axis = attrs["axis"]
+    if attrs["fast_exp"] and not attrs["soft_label"] and axis in (-1, logits.ndim - 1):
+        rows = softmax_rows.rows(logits)
+        if rows is not None:
+            prob, shift, total = rows
+            index, ignored = _class_index(xp, label, attrs, logits.shape)
+            return prob, _hard_loss(xp, logits, index, ignored, shift, total, axis)
     if attrs["soft_label"]:
         logits, label = promote(logits, label)
     shift = logits.max(axis=axis, keepdims=True)
@@ -146,15 +161,20 @@ def softmax_with_cross_entropy(xp, attrs, logits, label):
         index, ignored = _class_index(xp, label, attrs, logits.shape)
         xp.exp(prob, out=prob)
         total = prob.sum(axis=axis, keepdims=True)
-        # -log(softmax[label]) = log(total) - (logits[label] - shift): finite even where the
-        # picked probability underflows to 0
-        loss = xp.log(total)
-        loss += shift
-        loss -= xp.take_along_axis(logits, index, axis=axis)
-        if ignored is not None:
-            loss[ignored] = 0
+        loss = _hard_loss(xp, logits, index, ignored, shift, total, axis)
     prob /= total
     return prob, loss
+
+
+def _hard_loss(xp, logits, index, ignored, shift, total, axis):
+    """-log(softmax[label]) = log(total) - (logits[label] - shift): finite even where the
+    picked probability underflows to 0; 0 where the label is ignored."""
+    loss = xp.log(total)
+    loss += shift
+    loss -= xp.take_along_axis(logits, index, axis=axis)
+    if ignored is not None:
+        loss[ignored] = 0
+    return loss
 
 
 @softmax_with_cross_entropy.gradient

@@ -1,19 +1,21 @@
 """The scheduler's pipeline: which passes run, in which order, and what they report.
 
     prune -> dependencies -> (batch_products -> batch_groups) -> (fusion -> broadcast_inputs
-    -> rematerialise -> sibling_fusion) -> (dependencies) -> memory_plan -> plan -> (cache)
-    -> execute
+    -> rematerialise -> sibling_fusion) -> (dependencies) -> (fast_kernels) -> memory_plan
+    -> plan -> (cache) -> execute
 
 Rewrites of the pruned block (batching small products, ``batch_products``, first: a sum of
 products is one product, which autobatching would gather in pieces; autobatching groups of
 independent ops, ``batch_groups``, after which what no group reads any more is dropped, such as
 the split of a joined product whose rows a group reads whole; elementwise fusion,
 ``fusion``, then across fused groups: reading broadcast sources, recomputing cheap values in
-their readers, merging sibling groups) run when the plan is scheduled, because they must know
+their readers, merging sibling groups; kernels equal to eager mode's within rounding,
+``fast_kernels``) run when the plan is scheduled, because they must know
 which variables the caller keeps; the dependencies are rebuilt for the rewritten block and
 everything after it sees the new ops like any other. ``exact=True`` skips the rewrites that
 reassociate sums (fusion then fuses only bit-exact elementwise chains, without trailing
-reductions; recomputing, merging and reading broadcast sources stay: they give the same bits).
+reductions; recomputing, merging and reading broadcast sources stay: they give the same bits;
+no fast kernels).
 With
 ``debug`` (or the environment variable FLUIDTAPE_DEBUG=1) the IR is verified between passes and
 each pass prints one line of statistics to stderr.
@@ -33,6 +35,7 @@ from tape.passes import (
     batch_products,
     broadcast_inputs,
     dependencies,
+    fast_kernels,
     fusion,
     memory_plan,
     plan,
@@ -125,6 +128,8 @@ def schedule(
             if debug:
                 _report("fusion", f"{len(block.ops)} ops -> {len(fused.ops)} ops")
             block, deps = fused, dependencies.analyse(fused)
+    if not exact:
+        block = fast_kernels.rewrite(block)  # (the same ops and wiring: deps stay valid)
     memory = memory_plan.plan_memory(block, deps, keep)
     if debug:
         _check_memory(memory, deps)

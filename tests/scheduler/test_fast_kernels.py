@@ -1,0 +1,108 @@
+"""Kernels equal to eager mode's within rounding (tape/passes/fast_kernels.py): on in plans the
+pipeline rewrites, off in eager mode and with ``exact=True``; a plan using them gives eager
+mode's loss and gradients within rounding, and ``validate=True`` accepts it."""
+
+import numpy as np
+import pytest
+
+import ops
+import tape
+from ops.fusion_backends import compile_process, numba_loops, softmax_rows
+from ops.registry import REGISTRY
+from tape.ir import Block, OpDesc, VarDesc, freeze
+from tape.passes import fast_kernels
+
+SWCE = REGISTRY["softmax_with_cross_entropy"]
+
+
+def _swce_op(**attrs):
+    return OpDesc(
+        "softmax_with_cross_entropy",
+        {"Logits": ["x"], "Label": ["y"]},
+        {"Softmax": ["p"], "Loss": ["l"]},
+        freeze(SWCE.check_attrs(attrs)),
+    )
+
+
+def _block(*ops_):
+    names = {"x": (4, 3), "y": (4, 1), "p": (4, 3), "l": (4, 1)}
+    variables = {n: VarDesc(n, s, "int64" if n == "y" else "float32") for n, s in names.items()}
+    return Block(variables, list(ops_))
+
+
+def test_the_pass_turns_fast_exp_on_for_hard_labels_only():
+    hard, soft = _swce_op(), _swce_op(soft_label=True)
+    rewritten = fast_kernels.rewrite(_block(hard, soft))
+    assert [op.attrs["fast_exp"] for op in rewritten.ops] == [True, False]
+    assert hard.attrs["fast_exp"] is False  # (the block it was given is untouched)
+    assert [op.inputs for op in rewritten.ops] == [hard.inputs, soft.inputs]
+
+
+def test_a_block_with_nothing_to_switch_is_returned_as_is():
+    block = _block(_swce_op(soft_label=True))
+    assert fast_kernels.rewrite(block) is block
+
+
+@pytest.fixture
+def loaded_rows(tmp_path, monkeypatch):
+    """The float32 row kernel compiled into this test's kernel cache (as the compile process
+    does), so plans find it at once."""
+    if not numba_loops.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(compile_process, "_child", [None])
+    monkeypatch.setattr(softmax_rows, "_KERNELS", {})
+    request = {"source": softmax_rows.source(np.float32), "vectorised": True, "parallel": False}
+    numba_loops.compile_request(dict(request, arguments=[["<f4", 2, "C", False]] * 4))
+    yield
+    compile_process.stop()
+
+
+def _step(logits_value, label_value, **lazy):
+    """A language model's output layer: loss and the logits' and bias's gradients, and the
+    plan of the run (None in eager mode)."""
+    x = tape.Variable(logits_value, requires_grad=True)
+    b = tape.Variable(np.zeros(logits_value.shape[1], np.float32), requires_grad=True)
+    label = tape.Variable(label_value)
+    with tape.lazy(enabled=bool(lazy), **lazy):
+        t = tape.reset_global_tape()
+        _, loss = ops.softmax_with_cross_entropy(x + b, label)
+        loss = ops.mean(loss)
+        tape.backward(loss)
+        values = [loss.numpy().copy(), x.grad().numpy().copy(), b.grad().numpy().copy()]
+        plan = getattr(t, "_last_plan", None)
+        tape.reset_global_tape()
+    return values, plan
+
+
+def _data():
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal((64, 1024)) * 3).astype(np.float32)
+    return logits, rng.integers(0, 1024, (64, 1))
+
+
+def _fast_exp(plan):
+    return [op.attrs["fast_exp"] for op in plan.analysis.block.ops if op.type == SWCE.type]
+
+
+def test_a_plan_runs_the_row_softmax_within_rounding_of_eager_mode(loaded_rows):
+    eager, _ = _step(*_data())
+    lazy, plan = _step(*_data(), compile=True)
+    assert _fast_exp(plan) == [True]
+    assert softmax_rows._KERNELS[np.dtype(np.float32)].loops is not None  # (the loop ran)
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-9)
+
+
+def test_exact_plans_keep_numpys_softmax_bit_for_bit(loaded_rows):
+    eager, _ = _step(*_data())
+    exact, plan = _step(*_data(), compile=True, exact=True)
+    assert _fast_exp(plan) == [False]
+    for got, want in zip(exact, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_validation_accepts_the_row_softmax_as_a_rewrite(loaded_rows):
+    values, plan = _step(*_data(), validate=True)
+    assert _fast_exp(plan) == [True]
+    assert np.isfinite(values[0])
