@@ -15,21 +15,16 @@ numpy's pairwise sum. So only a kernel that may differ from eager mode by roundi
 lazy plans unless ``exact``). Special values behave as numpy's kernel's: a row holding NaN, or
 +inf, or only -inf gives NaN; a row whose largest value is finite gives exp(-inf) = 0.
 
-The loop compiles in ``fusion_backends.compile_process``, as fused kernels do, and is loaded
-from the kernel cache once compiled (milliseconds); until then, and wherever numba, the
-compile process or the kernel cache is missing, ``rows`` returns None and the caller runs
-numpy's passes. A program therefore never waits for a compile, and the first steps of a
-process run numpy's kernel. ``ops.fused.unsettled`` counts a row kernel that may still move, so
-a benchmark's warm-up waits for it as for fused kernels.
+The loop compiles in the compile process (``compiled_loop``): until it is loaded, and wherever
+numba, the compile process or the kernel cache is missing, ``rows`` returns None and the caller
+runs numpy's passes. A program never waits for a compile.
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from ops.fusion_backends import compile_process, kernel_cache, numba_loops
+from ops.fusion_backends import compiled_loop
 
 # Smaller arrays keep numpy's passes: the gain is per element, and below this many elements a
 # numba call's fixed cost (~2 us) and the Python around it are most of it.
@@ -56,64 +51,18 @@ def source(dtype):
     return _SOURCE.format(dtype=np.dtype(dtype).name)
 
 
-class _Kernel:
-    """The row kernel of one dtype: asked of the compile process at its first use, then loaded
-    once its machine code is on disk. ``spent``/``last`` are what ``ops.fused.unsettled`` reads
-    (``spent`` None: it will not move any more)."""
-
-    __slots__ = ("source", "dtype", "loops", "key", "spent", "last", "__weakref__")
-
-    def __init__(self, dtype):
-        self.source, self.dtype = source(dtype), np.dtype(dtype)
-        self.loops, self.key, self.spent, self.last = None, None, 0.0, 0.0
-
-    def ready(self):
-        """The compiled loops, or None while they are not (yet) there."""
-        if self.loops is not None or self.spent is None:
-            return self.loops
-        self.last = time.perf_counter()
-        if kernel_cache.compiled_before(self.source, True):
-            return self._load()
-        if self.key is None:
-            self._submit()
-        elif compile_process.state(self.key) == compile_process.READY:
-            return self._load()
-        elif compile_process.state(self.key) != compile_process.PENDING:
-            self.spent = None  # (the compile failed: numpy for good)
-        return None
-
-    def _submit(self):
-        self.key = kernel_cache.key(self.source, True)
-        array = [self.dtype.str, 2, "C", False]  # (as numba types the arrays ``rows`` passes)
-        request = {"source": self.source, "vectorised": True, "parallel": False}
-        compile_process.submit(self.key, dict(request, arguments=[array] * 4))
-
-    def _load(self):
-        self.spent = None
-        try:
-            fused, cached = kernel_cache.function(
-                self.source, True, numba_loops.kernel_globals(True)
-            )
-            if cached:
-                self.loops = numba_loops._jit(fused, parallel=False, cache=True)
-        except ImportError:  # (numba installed but broken: numpy's passes stay)
-            self.loops = None
-        return self.loops
+_LOOPS = {}  # dtype -> compiled_loop.Loop
 
 
-_KERNELS = {}
-
-
-def usable():
-    """Whether row kernels can be had at all: numba installed, a compile process and a kernel
-    cache to hand the machine code over, and fused kernels allowed on numba."""
-    from ops import fused
-
-    return (
-        fused.current_backend() in ("auto", "numba")
-        and numba_loops.available()
-        and compile_process.enabled()
-    )
+def loop(dtype):
+    """The row loop of ``dtype`` (made at its first use), or None where loops cannot be had."""
+    found = _LOOPS.get(dtype)
+    if found is None:
+        if not compiled_loop.usable():
+            return None
+        argument = compiled_loop.array(np.dtype(dtype), 2)
+        found = _LOOPS[dtype] = compiled_loop.Loop(source(dtype), [argument] * 4)
+    return found
 
 
 def rows(x):
@@ -130,15 +79,8 @@ def rows(x):
         or not x.flags.writeable  # (the loop is compiled for writeable arrays only)
     ):
         return None
-    kernel = _KERNELS.get(x.dtype)
-    if kernel is None:
-        if not usable():
-            return None
-        from ops import fused
-
-        kernel = _KERNELS[x.dtype] = _Kernel(x.dtype)
-        fused._ADAPTIVE.add(kernel)
-    loops = kernel.ready()
+    found = loop(x.dtype)
+    loops = None if found is None else found.ready()
     if loops is None:
         return None
     from ops import buffers
@@ -150,4 +92,4 @@ def rows(x):
     return prob, shift, total
 
 
-__all__ = ["rows", "source", "usable", "MIN_ELEMENTS"]
+__all__ = ["rows", "loop", "source", "MIN_ELEMENTS"]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ops import fused
-from ops.fusion_backends import compile_process, numba_loops, softmax_rows
+from ops.fusion_backends import compile_process, compiled_loop, numba_loops, softmax_rows
 from ops.registry import REGISTRY
 
 pytestmark = pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
@@ -28,7 +28,7 @@ def own_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("FLUIDTAPE_COMPILE_PROCESS", raising=False)
     monkeypatch.setattr(compile_process, "_child", [None])
-    monkeypatch.setattr(softmax_rows, "_KERNELS", {})
+    monkeypatch.setattr(softmax_rows, "_LOOPS", {})
     yield
     compile_process.stop()
 
@@ -36,11 +36,9 @@ def own_kernels(tmp_path, monkeypatch):
 def _compiled(dtype):
     """The row kernel of ``dtype`` compiled into this test's cache, as the compile process
     does it, then loaded the way the program loads it."""
-    request = {"source": softmax_rows.source(dtype), "vectorised": True, "parallel": False}
-    array = [np.dtype(dtype).str, 2, "C", False]
-    numba_loops.compile_request(dict(request, arguments=[array] * 4))
-    kernel = softmax_rows._Kernel(dtype)
-    loops = kernel.ready()
+    array = compiled_loop.array(np.dtype(dtype), 2)
+    numba_loops.compile_request(compiled_loop.request(softmax_rows.source(dtype), [array] * 4))
+    loops = softmax_rows.loop(dtype).ready()
     assert loops is not None
     return loops
 
@@ -119,7 +117,7 @@ def test_the_op_with_fast_exp_matches_numpy_within_rounding_ignored_labels_inclu
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
     assert (loss[::7] == 0).all()
     assert prob.dtype == loss.dtype == np.float32
-    assert softmax_rows._KERNELS[np.dtype(np.float32)].spent is None  # moved: settled
+    assert softmax_rows._LOOPS[np.dtype(np.float32)].spent is None  # moved: settled
 
 
 def test_until_the_loop_is_compiled_fast_exp_is_numpys_kernel_bit_for_bit(monkeypatch):
@@ -145,7 +143,7 @@ def test_until_the_loop_is_compiled_fast_exp_is_numpys_kernel_bit_for_bit(monkey
 )
 def test_rows_does_not_apply_to(x):
     assert softmax_rows.rows(x) is None
-    assert not softmax_rows._KERNELS  # (nothing asked of the compile process)
+    assert not softmax_rows._LOOPS  # (nothing asked of the compile process)
 
 
 def test_a_read_only_array_keeps_numpys_passes():
@@ -159,5 +157,5 @@ def test_a_read_only_array_keeps_numpys_passes():
 def test_a_backend_other_than_auto_or_numba_keeps_numpys_passes():
     x = np.zeros((64, 1024), np.float32)
     with fused.backend("reference"):
-        assert not softmax_rows.usable()
+        assert not compiled_loop.usable()
         assert softmax_rows.rows(x) is None

@@ -7,7 +7,7 @@ import pytest
 
 import ops
 import tape
-from ops.fusion_backends import compile_process, numba_loops, softmax_rows
+from ops.fusion_backends import compile_process, compiled_loop, numba_loops, softmax_rows
 from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import fast_kernels
@@ -51,9 +51,11 @@ def loaded_rows(tmp_path, monkeypatch):
         pytest.skip("numba is not installed")
     monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(compile_process, "_child", [None])
-    monkeypatch.setattr(softmax_rows, "_KERNELS", {})
-    request = {"source": softmax_rows.source(np.float32), "vectorised": True, "parallel": False}
-    numba_loops.compile_request(dict(request, arguments=[["<f4", 2, "C", False]] * 4))
+    monkeypatch.setattr(softmax_rows, "_LOOPS", {})
+    argument = compiled_loop.array(np.dtype(np.float32), 2)
+    numba_loops.compile_request(
+        compiled_loop.request(softmax_rows.source(np.float32), [argument] * 4)
+    )
     yield
     compile_process.stop()
 
@@ -89,7 +91,7 @@ def test_a_plan_runs_the_row_softmax_within_rounding_of_eager_mode(loaded_rows):
     eager, _ = _step(*_data())
     lazy, plan = _step(*_data(), compile=True)
     assert _fast_exp(plan) == [True]
-    assert softmax_rows._KERNELS[np.dtype(np.float32)].loops is not None  # (the loop ran)
+    assert softmax_rows._LOOPS[np.dtype(np.float32)].loops is not None  # (the loop ran)
     for got, want in zip(lazy, eager, strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-9)
 
