@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from ops import buffers
+from ops.fusion_backends import sgd_loop
 from ops.registry import Attr, register
 from tape.errors import DTypeError, InputError, ShapeError
 
@@ -123,8 +124,12 @@ def _infer_sgd(attrs, param, grad, lr):
     **_UPDATE,
 )
 def sgd(xp, attrs, param, grad, lr):
-    """ParamOut = Param - LearningRate * Grad (no gradient)."""
-    step = xp.multiply(grad, scalar(xp, lr, param), out=_work(xp, attrs, grad, param))
+    """ParamOut = Param - LearningRate * Grad (no gradient); large parameters in one compiled
+    pass where numba is installed (``ops.fusion_backends.sgd_loop``: the same bits)."""
+    rate, out = scalar(xp, lr, param), _work(xp, attrs, grad, param)
+    if sgd_loop.step(param, grad, rate, out) is not None:
+        return out
+    step = xp.multiply(grad, rate, out=out)
     return xp.subtract(param, step, out=step)
 
 
