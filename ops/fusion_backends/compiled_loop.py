@@ -1,8 +1,8 @@
 """A hand-written numba loop for one op's kernel, compiled where fused kernels are and never in
 the program: the compile process compiles it into the kernel cache, and the program loads it
 from there once it is ready (milliseconds). Until then ``Loop.ready`` returns None and the
-op runs its numpy kernel; so does every program without numba, a compile process or a
-kernel cache (``usable``).
+op runs its numpy kernel; so does every program without numba, a compile process or a kernel
+cache (``usable``). Loading imports numba: see ``Loop`` for when a loop may.
 
 An op's module gives the loop's source (a module defining ``fused``, with the names of
 ``numba_loops.kernel_globals``: ``np`` with ``vecmath``'s exp and tanh, ``radd``, ...) and the
@@ -13,14 +13,15 @@ type would compile in the program). A loop that may still move counts in
 
 from __future__ import annotations
 
+import sys
 import time
 
 from ops.fusion_backends import compile_process, kernel_cache, numba_loops
 
 
 def usable():
-    """Whether loops can be had at all: numba installed, fused kernels allowed on numba, and
-    a compile process with a kernel cache to hand the machine code over."""
+    """Whether loops can be had at all: numba installed, fused kernels allowed on numba, and a
+    compile process with a kernel cache to hand the machine code over."""
     from ops import fused
 
     return (
@@ -37,22 +38,38 @@ def array(dtype, ndim, writeable=True):
 
 class Loop:
     """One loop of ``source`` for ``arguments`` (``array``'s forms): asked of the compile
-    process at the first ``ready``, loaded once its machine code is on disk. ``spent`` and
-    ``last`` are what ``ops.fused.unsettled`` reads (``spent`` None: it will not move)."""
+    process, and loaded once its machine code is on disk. ``spent`` and ``last`` are what
+    ``ops.fused.unsettled`` reads (``spent`` None: it will not move).
 
-    __slots__ = ("source", "arguments", "loops", "key", "spent", "last", "__weakref__")
+    Loading imports numba, which adds ~100 MiB of resident code to the process for good
+    (``bench_memory``'s eager MLP: 1.02x -> 1.21x the minimum when an SGD loop loaded at its
+    first step). So a loop that ``imports`` is asked for after ``SUBMIT_CALLS`` calls, as a
+    fused kernel is (lazy plans: their fused kernels pay the same import), and one that does
+    not waits until something else has imported numba: eager mode alone never pays it."""
 
-    def __init__(self, source, arguments):
+    SUBMIT_CALLS = 64
+
+    __slots__ = ("source", "arguments", "imports", "calls", "loops", "key", "spent", "last")
+    __slots__ += ("__weakref__",)
+
+    def __init__(self, source, arguments, imports):
         from ops import fused
 
-        self.source, self.arguments = source, arguments
-        self.loops, self.key, self.spent, self.last = None, None, 0.0, 0.0
+        self.source, self.arguments, self.imports = source, arguments, imports
+        self.calls, self.loops, self.key, self.spent, self.last = 0, None, None, 0.0, 0.0
         fused._ADAPTIVE.add(self)
 
     def ready(self):
         """The compiled loop (numba's dispatcher), or None while it is not (yet) there."""
         if self.loops is not None or self.spent is None:
             return self.loops
+        if "numba" not in sys.modules:
+            if not self.imports:
+                return None  # (not counted as unsettled: nothing here will import numba)
+            self.last = time.perf_counter()
+            self.calls += 1
+            if self.calls < self.SUBMIT_CALLS:
+                return None
         self.last = time.perf_counter()
         if kernel_cache.compiled_before(self.source, True):
             return self._load()

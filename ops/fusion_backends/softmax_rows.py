@@ -15,9 +15,10 @@ numpy's pairwise sum. So only a kernel that may differ from eager mode by roundi
 lazy plans unless ``exact``). Special values behave as numpy's kernel's: a row holding NaN, or
 +inf, or only -inf gives NaN; a row whose largest value is finite gives exp(-inf) = 0.
 
-The loop compiles in the compile process (``compiled_loop``): until it is loaded, and wherever
-numba, the compile process or the kernel cache is missing, ``rows`` returns None and the caller
-runs numpy's passes. A program never waits for a compile.
+The loop compiles in the compile process (``compiled_loop``) once the op has run 64 times, as a
+fused kernel does; until it is loaded, and wherever numba, the compile process or the kernel
+cache is missing, ``rows`` returns None and the caller runs numpy's passes. A program never
+waits for a compile.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def loop(dtype):
         if not compiled_loop.usable():
             return None
         argument = compiled_loop.array(np.dtype(dtype), 2)
-        found = _LOOPS[dtype] = compiled_loop.Loop(source(dtype), [argument] * 4)
+        found = _LOOPS[dtype] = compiled_loop.Loop(source(dtype), [argument] * 4, imports=True)
     return found
 
 

@@ -2,6 +2,8 @@
 special values and a reused gradient buffer included, so eager mode may use it; numpy's passes
 wherever it does not apply or is not compiled yet."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 
 import optim
 import tape
+from ops import fused
 from ops.fusion_backends import compile_process, compiled_loop, numba_loops, sgd_loop
 from ops.registry import REGISTRY
 
@@ -136,3 +139,17 @@ def test_until_the_loop_is_compiled_numpys_passes_run(monkeypatch):
     monkeypatch.setenv("FLUIDTAPE_COMPILE_PROCESS", "0")  # (never compiled, never loaded)
     param = grad = np.zeros(1 << 16, np.float32)
     assert sgd_loop.step(param, grad, 0.1, np.empty_like(param)) is None
+
+
+def test_a_process_that_has_not_imported_numba_keeps_numpys_passes(monkeypatch):
+    """Importing numba costs ~100 MiB of resident code for good: the SGD loop never does it,
+    nor starts the compile process."""
+    _compile(np.float32)  # (on disk: only the import stands between the loop and the kernel)
+    monkeypatch.setattr(sgd_loop, "_LOOPS", {})
+    monkeypatch.delitem(sys.modules, "numba")
+    param = grad = np.zeros(1 << 16, np.float32)
+    assert sgd_loop.step(param, grad, 0.1, np.empty_like(param)) is None
+    (waiting,) = sgd_loop._LOOPS.values()
+    assert waiting.loops is None and waiting.key is None  # (nothing loaded, nothing asked)
+    assert compile_process._child == [None]
+    assert not fused.unsettled()  # (a benchmark's warm-up does not wait for it)

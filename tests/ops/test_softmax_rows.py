@@ -3,6 +3,7 @@ softmax cross-entropy within rounding, special values included; compiled in the 
 process and loaded from the kernel cache, never in the program; numpy's passes wherever it does
 not apply or is not compiled yet."""
 
+import sys
 import time
 
 import numpy as np
@@ -159,3 +160,16 @@ def test_a_backend_other_than_auto_or_numba_keeps_numpys_passes():
     with fused.backend("reference"):
         assert not compiled_loop.usable()
         assert softmax_rows.rows(x) is None
+
+
+def test_without_numba_imported_the_row_loop_is_asked_for_after_64_calls(monkeypatch):
+    """As a fused kernel: loading it imports numba (~100 MiB for good), which a few calls do
+    not pay for; a loop that may move counts as unsettled meanwhile."""
+    monkeypatch.delitem(sys.modules, "numba")
+    x = np.zeros((64, 1024), np.float32)
+    for _ in range(compiled_loop.Loop.SUBMIT_CALLS - 1):
+        assert softmax_rows.rows(x) is None
+    (waiting,) = softmax_rows._LOOPS.values()
+    assert waiting.key is None and fused.unsettled()
+    assert softmax_rows.rows(x) is None  # (the 64th: asked of the compile process)
+    assert compile_process.state(waiting.key) in (compile_process.PENDING, compile_process.READY)
