@@ -14,6 +14,7 @@ import tape
 from ops import fused
 from ops.fusion_backends import compile_process, compiled_loop, numba_loops, sgd_loop
 from ops.registry import REGISTRY
+from tests.ops.loop_helpers import compile_now, isolated
 
 pytestmark = pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
 
@@ -23,12 +24,7 @@ SGD = REGISTRY["sgd"]
 @pytest.fixture(autouse=True)
 def own_loops(tmp_path, monkeypatch):
     """Each test: its own kernel cache, compile process and loops."""
-    monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("FLUIDTAPE_COMPILE_PROCESS", raising=False)
-    monkeypatch.setattr(compile_process, "_child", [None])
-    monkeypatch.setattr(sgd_loop, "_LOOPS", {})
-    yield
-    compile_process.stop()
+    yield from isolated(tmp_path, monkeypatch, sgd_loop)
 
 
 def _compile(dtype):
@@ -36,7 +32,7 @@ def _compile(dtype):
     vector = compiled_loop.array(np.dtype(dtype), 1)
     for in_place, source in sgd_loop.SOURCES.items():
         arguments = [vector] * (3 if in_place else 4)
-        numba_loops.compile_request(compiled_loop.request(source, arguments))
+        compile_now(source, arguments)
         assert sgd_loop.loop(dtype, in_place).ready() is not None
 
 

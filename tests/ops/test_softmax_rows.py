@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ops import fused
 from ops.fusion_backends import compile_process, compiled_loop, numba_loops, softmax_rows
 from ops.registry import REGISTRY
+from tests.ops.loop_helpers import compile_now, isolated
 
 pytestmark = pytest.mark.skipif(not numba_loops.available(), reason="numba is not installed")
 
@@ -24,21 +25,16 @@ WAIT_SECONDS = 120  # (a compile takes ~0.6 s; the child also imports numba firs
 
 
 @pytest.fixture(autouse=True)
-def own_kernels(tmp_path, monkeypatch):
-    """Each test: its own kernel cache, compile process and row kernels."""
-    monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("FLUIDTAPE_COMPILE_PROCESS", raising=False)
-    monkeypatch.setattr(compile_process, "_child", [None])
-    monkeypatch.setattr(softmax_rows, "_LOOPS", {})
-    yield
-    compile_process.stop()
+def own_loops(tmp_path, monkeypatch):
+    """Each test: its own kernel cache, compile process and row loops."""
+    yield from isolated(tmp_path, monkeypatch, softmax_rows)
 
 
 def _compiled(dtype):
     """The row kernel of ``dtype`` compiled into this test's cache, as the compile process
     does it, then loaded the way the program loads it."""
     array = compiled_loop.array(np.dtype(dtype), 2)
-    numba_loops.compile_request(compiled_loop.request(softmax_rows.source(dtype), [array] * 4))
+    compile_now(softmax_rows.source(dtype), [array] * 4)
     loops = softmax_rows.loop(dtype).ready()
     assert loops is not None
     return loops

@@ -7,10 +7,11 @@ import pytest
 
 import ops
 import tape
-from ops.fusion_backends import compile_process, compiled_loop, numba_loops, softmax_rows
+from ops.fusion_backends import compiled_loop, numba_loops, softmax_rows
 from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import fast_kernels
+from tests.ops.loop_helpers import compile_now, isolated
 
 SWCE = REGISTRY["softmax_with_cross_entropy"]
 
@@ -49,15 +50,10 @@ def loaded_rows(tmp_path, monkeypatch):
     does), so plans find it at once."""
     if not numba_loops.available():
         pytest.skip("numba is not installed")
-    monkeypatch.setenv("FLUIDTAPE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compile_process, "_child", [None])
-    monkeypatch.setattr(softmax_rows, "_LOOPS", {})
     argument = compiled_loop.array(np.dtype(np.float32), 2)
-    numba_loops.compile_request(
-        compiled_loop.request(softmax_rows.source(np.float32), [argument] * 4)
-    )
-    yield
-    compile_process.stop()
+    for _ in isolated(tmp_path, monkeypatch, softmax_rows):  # (its set-up, then its tear-down)
+        compile_now(softmax_rows.source(np.float32), [argument] * 4)
+        yield
 
 
 def _step(logits_value, label_value, **lazy):
