@@ -63,14 +63,14 @@ class Loop:
         """The compiled loop (numba's dispatcher), or None while it is not (yet) there."""
         if self.loops is not None or self.spent is None:
             return self.loops
-        if "numba" not in sys.modules:
-            if not self.imports:
-                return None  # (not counted as unsettled: nothing here will import numba)
-            self.last = time.perf_counter()
+        imported = "numba" in sys.modules
+        if not imported and not self.imports:
+            return None  # (not counted as unsettled: nothing here will import numba)
+        self.last = time.perf_counter()
+        if not imported:
             self.calls += 1
             if self.calls < self.SUBMIT_CALLS:
                 return None
-        self.last = time.perf_counter()
         if kernel_cache.compiled_before(self.source, True):
             return self._load()
         if self.key is None:

@@ -16,9 +16,9 @@ lazy plans unless ``exact``). Special values behave as numpy's kernel's: a row h
 +inf, or only -inf gives NaN; a row whose largest value is finite gives exp(-inf) = 0.
 
 The loop compiles in the compile process (``compiled_loop``) once the op has run 64 times, as a
-fused kernel does; until it is loaded, and wherever numba, the compile process or the kernel
-cache is missing, ``rows`` returns None and the caller runs numpy's passes. A program never
-waits for a compile.
+fused kernel does (at once where numba is imported already). Until it is loaded, and wherever
+numba, the compile process or the kernel cache is missing, ``rows`` returns None and the
+caller runs numpy's passes. A program never waits for a compile.
 """
 
 from __future__ import annotations
