@@ -127,8 +127,8 @@ def sgd(xp, attrs, param, grad, lr):
     """ParamOut = Param - LearningRate * Grad (no gradient); large parameters in one compiled
     pass where numba is installed (``ops.fusion_backends.sgd_loop``: the same bits)."""
     rate, out = scalar(xp, lr, param), _work(xp, attrs, grad, param)
-    if sgd_loop.step(param, grad, rate, out) is not None:
-        return out
+    if param.size >= sgd_loop.MIN_ELEMENTS and sgd_loop.step(param, grad, rate, out) is not None:
+        return out  # (the size test first: no call for the many small parameters)
     step = xp.multiply(grad, rate, out=out)
     return xp.subtract(param, step, out=step)
 

@@ -95,10 +95,19 @@ class Loop:
         return self.loops
 
 
+def loop(table, key, make):
+    """``table[key]`` (an op module's loops), made by ``make(key)`` at its first use; None where
+    loops cannot be had (``usable``)."""
+    found = table.get(key)
+    if found is None and usable():
+        found = table[key] = make(key)
+    return found
+
+
 def request(source, arguments):
     """The compile process's request for a loop (what ``Loop`` submits): for tests, and to
     compile one ahead of time with ``numba_loops.compile_request``."""
     return {"source": source, "vectorised": True, "parallel": False, "arguments": arguments}
 
 
-__all__ = ["Loop", "usable", "array", "request"]
+__all__ = ["Loop", "loop", "usable", "array", "request"]

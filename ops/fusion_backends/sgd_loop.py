@@ -47,16 +47,13 @@ _LOOPS = {}  # (dtype, in place) -> compiled_loop.Loop
 def loop(dtype, in_place):
     """The update loop of ``dtype`` into ``grad`` (``in_place``) or another buffer, made at its
     first use; None where loops cannot be had."""
-    found = _LOOPS.get((dtype, in_place))
-    if found is None:
-        if not compiled_loop.usable():
-            return None
-        vector = compiled_loop.array(np.dtype(dtype), 1)
-        arguments = [vector] * (3 if in_place else 4)
-        found = _LOOPS[dtype, in_place] = compiled_loop.Loop(
-            SOURCES[in_place], arguments, imports=False
-        )
-    return found
+    return compiled_loop.loop(_LOOPS, (dtype, in_place), _make)
+
+
+def _make(key):
+    dtype, in_place = key
+    vector = compiled_loop.array(np.dtype(dtype), 1)
+    return compiled_loop.Loop(SOURCES[in_place], [vector] * (3 if in_place else 4), imports=False)
 
 
 def step(param, grad, rate, out):
@@ -65,10 +62,10 @@ def step(param, grad, rate, out):
     ``out`` may be ``grad`` itself."""
     dtype = param.dtype
     if (
-        param.__class__ is not np.ndarray
+        param.size < MIN_ELEMENTS  # (first: most parameters are small)
+        or param.__class__ is not np.ndarray
         or grad.__class__ is not np.ndarray
         or out.__class__ is not np.ndarray
-        or param.size < MIN_ELEMENTS
         or dtype.kind != "f"
         or dtype.itemsize not in (4, 8)
         or grad.dtype != dtype

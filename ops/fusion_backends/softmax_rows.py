@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops import buffers
 from ops.fusion_backends import compiled_loop
 
 # Smaller arrays keep numpy's passes: the gain is per element, and below this many elements a
@@ -57,13 +58,12 @@ _LOOPS = {}  # dtype -> compiled_loop.Loop
 
 def loop(dtype):
     """The row loop of ``dtype`` (made at its first use), or None where loops cannot be had."""
-    found = _LOOPS.get(dtype)
-    if found is None:
-        if not compiled_loop.usable():
-            return None
-        argument = compiled_loop.array(np.dtype(dtype), 2)
-        found = _LOOPS[dtype] = compiled_loop.Loop(source(dtype), [argument] * 4, imports=True)
-    return found
+    return compiled_loop.loop(_LOOPS, dtype, _make)
+
+
+def _make(dtype):
+    argument = compiled_loop.array(np.dtype(dtype), 2)
+    return compiled_loop.Loop(source(dtype), [argument] * 4, imports=True)
 
 
 def rows(x):
@@ -84,8 +84,6 @@ def rows(x):
     loops = None if found is None else found.ready()
     if loops is None:
         return None
-    from ops import buffers
-
     shift = x.max(axis=1, keepdims=True)
     prob = buffers.empty(np, x.shape, x.dtype)
     total = np.empty_like(shift)
