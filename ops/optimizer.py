@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ops import buffers
-from ops.fusion_backends import sgd_loop
+from ops.fusion_backends import update_loops
 from ops.registry import Attr, register
 from tape.errors import DTypeError, InputError, ShapeError
 
@@ -90,6 +90,12 @@ def scalar(xp, value, like):
     return value.reshape(()).astype(like.dtype, copy=False)
 
 
+def _looped(kind, param):
+    """Whether ``param``'s update ``kind`` may run as a compiled loop: a numpy array large
+    enough (the size test first, so the many small parameters pay no call)."""
+    return param.size >= update_loops.MIN_ELEMENTS[kind] and param.__class__ is np.ndarray
+
+
 def _work(xp, attrs, grad, like):
     """A scratch buffer shaped like Param: Grad's own when ``reuse_grad`` (Grad is dead after
     the update), else a new one."""
@@ -125,10 +131,12 @@ def _infer_sgd(attrs, param, grad, lr):
 )
 def sgd(xp, attrs, param, grad, lr):
     """ParamOut = Param - LearningRate * Grad (no gradient); large parameters in one compiled
-    pass where numba is installed (``ops.fusion_backends.sgd_loop``: the same bits)."""
+    pass where numba is installed (``ops.fusion_backends.update_loops``: the same bits)."""
     rate, out = scalar(xp, lr, param), _work(xp, attrs, grad, param)
-    if param.size >= sgd_loop.MIN_ELEMENTS and sgd_loop.step(param, grad, rate, out) is not None:
-        return out  # (the size test first: no call for the many small parameters)
+    if _looped("sgd", param) and update_loops.run(
+        "sgd", (param, grad), (rate,), attrs["reuse_grad"], lambda: (out,)
+    ):
+        return out
     step = xp.multiply(grad, rate, out=out)
     return xp.subtract(param, step, out=step)
 
@@ -158,6 +166,17 @@ def momentum(xp, attrs, param, grad, velocity, lr):
     ParamOut = Param - LearningRate * VelocityOut without.
     """
     mu, rate = attrs["mu"], scalar(xp, lr, param)
+    if _looped("momentum", param):  # (one compiled pass, the same bits: ``update_loops``)
+        nesterov = attrs["use_nesterov"]
+
+        def outputs():
+            out = _fresh(xp, param) if nesterov else _work(xp, attrs, grad, param)
+            return out, _fresh(xp, param)
+
+        kind, in_place = ("nesterov", False) if nesterov else ("momentum", attrs["reuse_grad"])
+        made = update_loops.run(kind, (param, grad, velocity), (mu, rate), in_place, outputs)
+        if made:
+            return made
     velocity = xp.multiply(velocity, mu, out=_fresh(xp, param))
     velocity += grad
     if attrs["use_nesterov"]:
@@ -206,9 +225,25 @@ def _bias_corrected(xp, param, lr, beta1_pow, beta2_pow):
     return step_size, xp.sqrt(1.0 - beta2_pow.reshape(())).astype(param.dtype)
 
 
-def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
+def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow, decay=None):
+    """Adam's update of ``param``, first multiplied by ``decay`` (AdamW's) where given."""
     beta1, beta2 = attrs["beta1"], attrs["beta2"]
     step_size, correction2 = _bias_corrected(xp, param, lr, beta1_pow, beta2_pow)
+    powers = beta1_pow * beta1, beta2_pow * beta2
+    if _looped("adam", param):  # (one compiled pass, the same bits: ``update_loops``)
+        constants = (1.0 if decay is None else decay, 1.0 - beta1, beta2, 1.0 - beta2)
+        constants += (correction2, attrs["epsilon"], step_size)
+        made = update_loops.run(
+            "adam",
+            (param, grad, moment1, moment2),
+            constants,
+            attrs["reuse_grad"],
+            lambda: (_work(xp, attrs, grad, param), _fresh(xp, param), _fresh(xp, param)),
+        )
+        if made:
+            return (*made, *powers)
+    if decay is not None:
+        param = xp.multiply(param, decay)
     moment1_out = xp.subtract(grad, moment1, out=_fresh(xp, param))
     moment1_out *= 1.0 - beta1
     moment1_out += moment1  # Moment1 = lerp(Moment1, Grad, 1 - beta1)
@@ -222,7 +257,7 @@ def _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_po
     xp.divide(moment1_out, work, out=work)
     work *= step_size
     param_out = xp.subtract(param, work, out=work)
-    return param_out, moment1_out, moment2_out, beta1_pow * beta1, beta2_pow * beta2
+    return param_out, moment1_out, moment2_out, *powers
 
 
 @register(
@@ -261,8 +296,8 @@ def adamw(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow):
 
     Param = Param * (1 - LearningRate * coeff), then the ``adam`` update with the same slots.
     """
-    param = xp.multiply(param, 1.0 - scalar(xp, lr, param) * attrs["coeff"])
-    return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow)
+    decay = 1.0 - scalar(xp, lr, param) * attrs["coeff"]
+    return _adam_step(xp, attrs, param, grad, moment1, moment2, lr, beta1_pow, beta2_pow, decay)
 
 
 def _infer_rmsprop(attrs, param, grad, mean_square, moment, mean_grad, lr):
