@@ -352,6 +352,10 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     dispensable slots): their outputs hold one Variable when the input is given, none otherwise.
     """
     decay = attrs["decay"]
+    if _looped("rmsprop", param):  # (one compiled pass, the same bits: ``update_loops``)
+        made = _rmsprop_looped(xp, attrs, param, grad, mean_square, moment, mean_grad, lr)
+        if made:
+            return made
     work = xp.multiply(grad, grad, out=_fresh(xp, param))
     work *= 1.0 - decay
     mean_square = xp.multiply(mean_square, decay, out=_fresh(xp, param))
@@ -381,6 +385,28 @@ def rmsprop(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
     )
 
 
+def _rmsprop_looped(xp, attrs, param, grad, mean_square, moment, mean_grad, lr):
+    """``rmsprop``'s outputs from its compiled loop, or None where it did not run."""
+    kind = "rmsprop" + ("_centered" if mean_grad is not None else "")
+    kind += "_momentum" if moment is not None else ""
+    decay = attrs["decay"]
+    constants = (decay, 1.0 - decay, attrs["epsilon"], scalar(xp, lr, param))
+    constants += (attrs["momentum"],) if moment is not None else ()
+    state = [v for v in (moment, mean_grad) if v is not None]
+
+    def outputs():
+        return (_work(xp, attrs, grad, param), *[_fresh(xp, param) for _ in range(1 + len(state))])
+
+    made = update_loops.run(
+        kind, (param, grad, mean_square, *state), constants, attrs["reuse_grad"], outputs
+    )
+    if not made:
+        return None
+    out, mean_square_out, *rest = made
+    moment_out = [rest.pop(0)] if moment is not None else []
+    return out, mean_square_out, moment_out, rest
+
+
 def _infer_adagrad(attrs, param, grad, moment, lr):
     return check_update(param, grad, lr, [("Moment", moment)])
 
@@ -400,6 +426,16 @@ def adagrad(xp, attrs, param, grad, moment, lr):
     MomentOut = Moment + Grad**2;  ParamOut = Param - LearningRate * Grad / (sqrt(MomentOut) +
     epsilon). PyTorch's lr_decay is a learning-rate schedule, applied by the optimizer.
     """
+    if _looped("adagrad", param):  # (one compiled pass, the same bits: ``update_loops``)
+        made = update_loops.run(
+            "adagrad",
+            (param, grad, moment),
+            (attrs["epsilon"], scalar(xp, lr, param)),
+            attrs["reuse_grad"],
+            lambda: (_work(xp, attrs, grad, param), _fresh(xp, param)),
+        )
+        if made:
+            return made
     moment_out = xp.multiply(grad, grad, out=_fresh(xp, param))
     moment_out += moment
     work = xp.sqrt(moment_out, out=_fresh(xp, param))

@@ -39,53 +39,124 @@ def _compile(dtype, kinds=KINDS):
             assert found.ready() is not None
 
 
-def _state(rng, shape, dtype, kind):
-    """A parameter, a gradient over many magnitudes and the update's state."""
-    param = rng.standard_normal(shape).astype(dtype)
-    grad = (rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)).astype(dtype)
-    state = {
-        "sgd": [],
-        "momentum": [rng.standard_normal(shape).astype(dtype)],
-        "adam": [
-            rng.standard_normal(shape).astype(dtype) * 0.1,
-            np.abs(rng.standard_normal(shape)).astype(dtype) * 0.01,
-        ],
-    }[kind]
-    return param, grad, state
+def _rate(dtype, rate):
+    return np.array([rate], dtype)
 
 
-# Per op: (op type, the update's kind in UPDATES, its attributes, its extra inputs after the
-# state: the learning rate, and Adam's beta powers at step 3 in float64, as the optimizer holds)
+def _powers(beta1, beta2):
+    """Adam's inputs after its state: the rate, and the beta powers at step 3 in float64, as
+    the optimizer holds them."""
+    return lambda state, dtype, rate: [
+        *state,
+        _rate(dtype, rate),
+        np.array(beta1**3),
+        np.array(beta2**3),
+    ]
+
+
+def _rmsprop(moment, centered):
+    """RMSProp's inputs after the gradient: MeanSquare, Moment?, MeanGrad?, the rate."""
+
+    def inputs(state, dtype, rate):
+        mean_square, *rest = state
+        return [
+            mean_square,
+            rest.pop(0) if moment else None,
+            rest.pop(0) if centered else None,
+            _rate(dtype, rate),
+        ]
+
+    return inputs
+
+
+def _plain_rate(state, dtype, rate):
+    return [*state, _rate(dtype, rate)]
+
+
+# Per case: (op type, attributes, the update's kind in UPDATES, its state as (name, whether it
+# is a mean of squares: non-negative), and its inputs after the gradient from its state)
+SQUARES, SIGNED = True, False
 OPS = {
-    "sgd": ("sgd", {}, lambda dtype, rate: [np.array([rate], dtype)]),
-    "momentum": ("momentum", {"mu": 0.9}, lambda dtype, rate: [np.array([rate], dtype)]),
+    "sgd": ("sgd", {}, "sgd", (), _plain_rate),
+    "momentum": ("momentum", {"mu": 0.9}, "momentum", (SIGNED,), _plain_rate),
     "nesterov": (
         "momentum",
         {"mu": 0.8, "use_nesterov": True},
-        lambda dtype, rate: [np.array([rate], dtype)],
+        "nesterov",
+        (SIGNED,),
+        _plain_rate,
     ),
     "adam": (
         "adam",
         {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8},
-        lambda dtype, rate: [np.array([rate], dtype), np.array(0.9**3), np.array(0.999**3)],
+        "adam",
+        (SIGNED, SQUARES),
+        _powers(0.9, 0.999),
     ),
     "adamw": (
         "adamw",
         {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "coeff": 0.05},
-        lambda dtype, rate: [np.array([rate], dtype), np.array(0.8**3), np.array(0.99**3)],
+        "adam",
+        (SIGNED, SQUARES),
+        _powers(0.8, 0.99),
+    ),
+    "adagrad": ("adagrad", {"epsilon": 1e-10}, "adagrad", (SQUARES,), _plain_rate),
+    "rmsprop": ("rmsprop", {"decay": 0.99}, "rmsprop", (SQUARES,), _rmsprop(False, False)),
+    "rmsprop_momentum": (
+        "rmsprop",
+        {"decay": 0.9, "momentum": 0.8, "epsilon": 1e-6},
+        "rmsprop_momentum",
+        (SQUARES, SIGNED),
+        _rmsprop(True, False),
+    ),
+    "rmsprop_centered": (
+        "rmsprop",
+        {"decay": 0.95, "centered": True},
+        "rmsprop_centered",
+        (SQUARES, SIGNED),
+        _rmsprop(False, True),
+    ),
+    "rmsprop_centered_momentum": (
+        "rmsprop",
+        {"decay": 0.9, "momentum": 0.5, "centered": True},
+        "rmsprop_centered_momentum",
+        (SQUARES, SIGNED, SIGNED),
+        _rmsprop(True, True),
     ),
 }
-STATE = {"sgd": "sgd", "momentum": "momentum", "nesterov": "momentum"}
+
+
+def test_every_update_loop_is_tested():
+    assert {kind for _, _, kind, _, _ in OPS.values()} == set(KINDS)
+
+
+def _state(rng, shape, dtype, name):
+    """A parameter, a gradient over many magnitudes and the update's state."""
+    param = rng.standard_normal(shape).astype(dtype)
+    grad = (rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)).astype(dtype)
+    state = [  # (means of squares above the signed means' squares: RMSProp's centered root)
+        (
+            np.abs(rng.standard_normal(shape)) + 1.0
+            if squares
+            else rng.standard_normal(shape) * 0.1
+        ).astype(dtype)
+        for squares in OPS[name][3]
+    ]
+    return param, grad, state
 
 
 def _kernel(name, inputs, rate, reuse_grad):
-    """The op's kernel on copies of ``inputs`` (it may write into the gradient's buffer)."""
-    op_type, attrs, extra = OPS[name]
+    """The op's outputs from its kernel on copies of ``inputs`` (the parameter, the gradient and
+    the state): the kernel may write into the gradient's buffer."""
+    op_type, attrs, _, _, after = OPS[name]
     defn = REGISTRY[op_type]
     attrs = defn.check_attrs({**attrs, "reuse_grad": reuse_grad})
-    copies = [a.copy() for a in inputs]
-    out = defn.kernel(np, attrs, *copies, *extra(inputs[0].dtype, rate))
-    return [np.asarray(a) for a in (out if isinstance(out, tuple) else (out,))]
+    param, grad, *state = [a.copy() for a in inputs]
+    out = defn.kernel(np, attrs, param, grad, *after(state, param.dtype, rate))
+    flat = []
+    for value in out if isinstance(out, tuple) else (out,):
+        flat += value if isinstance(value, list) else [value]  # (RMSProp's optional slots)
+    return [np.asarray(a) for a in flat]
 
 
 @pytest.mark.parametrize("name", list(OPS))
@@ -101,9 +172,9 @@ def _kernel(name, inputs, rate, reuse_grad):
 )
 def test_every_update_gives_numpys_passes_bit_for_bit(name, dtype, shape, rate, reuse_grad, seed):
     rng = np.random.default_rng(seed)
-    param, grad, state = _state(rng, shape, dtype, STATE.get(name, "adam"))
+    param, grad, state = _state(rng, shape, dtype, name)
     without = _kernel(name, [param, grad, *state], rate, reuse_grad)
-    _compile(dtype)
+    _compile(dtype, [OPS[name][2]])
     with_loop = _kernel(name, [param, grad, *state], rate, reuse_grad)
     assert len(with_loop) == len(without)
     for got, want in zip(with_loop, without, strict=True):
@@ -128,12 +199,12 @@ def _watch(monkeypatch):
 @pytest.mark.parametrize("name", list(OPS))
 def test_the_kernel_runs_its_loop_where_it_applies(name, monkeypatch):
     """Not numpy's passes under another name: the op's kernel runs its compiled loop."""
-    _compile(np.float32)
+    _compile(np.float32, [OPS[name][2]])
     ran = _watch(monkeypatch)
     rng = np.random.default_rng(0)
-    param, grad, state = _state(rng, (SIZE,), np.float32, STATE.get(name, "adam"))
+    param, grad, state = _state(rng, (SIZE,), np.float32, name)
     _kernel(name, [param, grad, *state], 0.1, False)
-    assert ran == [({"adamw": "adam"}.get(name, name), True)]
+    assert ran == [(OPS[name][2], True)]
 
 
 def _same_bits(got, want):
@@ -149,14 +220,14 @@ def _same_bits(got, want):
 @pytest.mark.parametrize("reuse_grad", [False, True])
 def test_special_values_and_a_reused_gradient_buffer(name, reuse_grad):
     rng = np.random.default_rng(1)
-    param, grad, state = _state(rng, (SIZE,), np.float32, STATE.get(name, "adam"))
+    param, grad, state = _state(rng, (SIZE,), np.float32, name)
     grad[:5] = [np.nan, np.inf, -np.inf, 3e38, -0.0]
     param[5:8] = [np.inf, -0.0, 3e38]
     for array in state:
         array[8:11] = [0.0, np.inf, -1.0]  # (Adam: a zero root, an infinite one, a NaN one)
     with np.errstate(all="ignore"):
         without = _kernel(name, [param, grad, *state], 10.0, reuse_grad)
-        _compile(np.float32)
+        _compile(np.float32, [OPS[name][2]])
         with_loop = _kernel(name, [param, grad, *state], 10.0, reuse_grad)
     assert not np.isfinite(without[0][:3]).any() and np.isfinite(without[0][12:]).all()
     for got, want in zip(with_loop, without, strict=True):
@@ -195,8 +266,11 @@ def _trained(make, steps=3):
         lambda: optim.Momentum(lr=0.1, momentum=0.9, nesterov=True),
         lambda: optim.Adam(lr=0.01),
         lambda: optim.AdamW(lr=0.01, weight_decay=0.1),
+        lambda: optim.Adagrad(lr=0.1),
+        lambda: optim.RMSProp(lr=0.01),
+        lambda: optim.RMSProp(lr=0.01, momentum=0.9, centered=True),
     ],
-    ids=["sgd", "momentum", "nesterov", "adam", "adamw"],
+    ids=["sgd", "momentum", "nesterov", "adam", "adamw", "adagrad", "rmsprop", "centered"],
 )
 def test_an_eager_optimizer_is_unchanged_bit_for_bit(make, monkeypatch):
     without = _trained(make)
@@ -231,6 +305,22 @@ def test_an_output_other_than_promised_is_not_written():
     assert update_loops.run("sgd", (param, grad), (0.1,), False, lambda: (strided,)) is None
     assert update_loops.run("sgd", (param, grad), (0.1,), True, lambda: (strided,)) is None
     assert not strided.any()
+
+
+def test_where_numpy_is_asked_to_raise_its_passes_run_and_raise(monkeypatch):
+    """The loops set no floating-point flags: under ``np.errstate(invalid="raise")`` the kernel
+    keeps numpy's passes, which raise at the square root of a negative mean."""
+    _compile(np.float32, ["rmsprop_centered"])
+    ran = _watch(monkeypatch)
+    rng = np.random.default_rng(4)
+    param, grad, state = _state(rng, (SIZE,), np.float32, "rmsprop_centered")
+    state[1][:] = 10.0  # (a mean gradient whose square exceeds the mean square)
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        _kernel("rmsprop_centered", [param, grad, *state], 0.1, False)
+    assert ran == [("rmsprop_centered", False)]
+    with np.errstate(invalid="ignore"):
+        _kernel("rmsprop_centered", [param, grad, *state], 0.1, False)
+    assert ran[-1] == ("rmsprop_centered", True)
 
 
 def test_until_a_loop_is_compiled_numpys_passes_run(monkeypatch):
