@@ -22,7 +22,7 @@ from optim.regularizer import as_regularizer, regularize
 from tape import transaction
 from tape.errors import AttrError, DTypeError, InputError, ShapeError, brief
 from tape.grad_mode import no_grad
-from tape.tape import get_global_tape, record
+from tape.tape import get_global_tape, run_update
 from tape.variable import Variable
 
 
@@ -245,7 +245,8 @@ class Optimizer(BoundParams):
         return ParamState(param, variables, 0 if loaded is None else int(loaded["step"]))
 
     def _record(self, tape, defn, attrs, state, grad, reuse_grad):
-        """Records the update op with its outputs bound to its inputs (updated in place)."""
+        """Records (eagerly: runs) the update op with its outputs bound to its inputs, which it
+        updates in place."""
         plan = state.plan
         if plan is None or plan[0] is not defn:
             plan = state.plan = _plan(defn, state.param, state)
@@ -255,7 +256,7 @@ class Optimizer(BoundParams):
         args[lr_at] = self._lr_variable(state.param, self._rate(state))
         if reuse_grad:
             attrs = {**attrs, "reuse_grad": True}
-        record(tape, defn, tuple(args), attrs, given)
+        run_update(tape, defn, tuple(args), attrs, given)
 
     # -- state dicts ---------------------------------------------------------------------------
 

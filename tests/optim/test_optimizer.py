@@ -190,3 +190,79 @@ def test_state_follows_hyper_parameter_changes():
     tape.backward((a * a).sum() + (b * 3.0).sum())
     opt([a, b])
     assert slots(opt) == ["MeanGrad", "MeanSquare", "Moment"]
+
+
+UPDATES = [
+    lambda: optim.SGD(lr=0.1),
+    lambda: optim.SGD(lr=0.1, momentum=0.9, nesterov=True),
+    lambda: optim.Adam(lr=0.1),
+    lambda: optim.AdamW(lr=0.1),
+    lambda: optim.Adagrad(lr=0.1),
+    lambda: optim.RMSProp(lr=0.1, momentum=0.5, centered=True),
+]
+
+
+def _three_steps(make, through_record, monkeypatch):
+    """The parameters after three eager steps, the updates run by ``tape.run_update`` or, with
+    ``through_record``, by ``record``'s general path."""
+    import optim.optimizer as optimizer_module
+    from tape.tape import record
+
+    if through_record:
+        monkeypatch.setattr(
+            optimizer_module, "run_update", lambda t, d, a, at, g: record(t, d, a, at, g)
+        )
+    a, b, _ = trained_params(np.float32, seed=3)
+    opt = make()
+    for _ in range(3):
+        tape.reset_global_tape()
+        tape.backward((a * a * a).sum() + (b * b).sum())
+        opt([a, b])
+    monkeypatch.undo()
+    return a.numpy(), b.numpy(), opt.state_dict()
+
+
+@pytest.mark.parametrize("make", UPDATES)
+def test_an_eager_update_runs_as_recording_it_would(make, monkeypatch):
+    """The eager direct path (``tape.run_update``) changes parameters and state exactly as
+    ``record``'s general path does."""
+    *params, state = _three_steps(make, False, monkeypatch)
+    *expected_params, expected_state = _three_steps(make, True, monkeypatch)
+    for got, want in zip(params, expected_params, strict=True):
+        np.testing.assert_array_equal(got, want)
+    for key, entry in expected_state["state"].items():
+        for slot, value in entry.items():
+            np.testing.assert_array_equal(state["state"][key][slot], value)
+
+
+def test_an_update_under_a_profile_is_observed_and_under_record_all_kept():
+    a, b, _ = trained_params()
+    with tape.profile() as prof:
+        optim.Adam(lr=0.1)([a, b])
+    assert [row.key for row in prof.table().rows] == ["adam"]
+    a, b, _ = trained_params()
+    recorder = recording()
+    optim.SGD(lr=0.1)([a, b])
+    assert [op.type for op in recorder.ops] == ["sgd", "sgd"]
+
+
+def test_a_kernel_failing_in_a_later_update_names_the_op_and_changes_nothing(monkeypatch):
+    from ops.registry import REGISTRY
+    from tape.errors import ExecutionError
+
+    a, b, _ = trained_params()
+    before = a.numpy().copy(), b.numpy().copy()
+    defn = REGISTRY["sgd"]
+    real = defn.kernel
+
+    def kernel(xp, attrs, param, grad, lr):
+        if param.shape == (3,):
+            raise RuntimeError("the device fell over")
+        return real(xp, attrs, param, grad, lr)
+
+    monkeypatch.setattr(defn, "kernel", kernel)
+    with pytest.raises(ExecutionError, match="sgd.*the device fell over") as err:
+        optim.SGD(lr=0.1)([a, b])
+    assert err.value.location and "test_optimizer.py" in err.value.location
+    for param, value in zip((a, b), before, strict=True):
+        np.testing.assert_array_equal(param.numpy(), value)
