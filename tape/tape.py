@@ -291,6 +291,17 @@ def run_kernel(defn, attrs, values):
     )
 
 
+def _run_checked(defn, attrs, args, tape):
+    """``run_kernel`` on the Variables' arrays; a kernel's own failure raised as the op's
+    ``ExecutionError``, at the user's line."""
+    try:
+        return run_kernel(defn, attrs, _values(args))
+    except FluidError:
+        raise
+    except Exception as err:
+        raise _kernel_error(defn, tape, err) from err
+
+
 def _kernel_error(defn, tape, err):
     return ExecutionError(
         defn.type,
@@ -361,15 +372,7 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferre
         return out
     if defn.single_output:
         descs = (descs,)
-    if tape.lazy:
-        values = (None,) * len(descs)
-    else:
-        try:
-            values = run_kernel(defn, attrs, _values(args))
-        except FluidError:
-            raise
-        except Exception as err:
-            raise _kernel_error(defn, tape, err) from err
+    values = (None,) * len(descs) if tape.lazy else _run_checked(defn, attrs, args, tape)
     if given is not None:
         tape.bound_outputs = True
     results = _outputs(defn, descs, values, grad, given, args, tape)
@@ -413,12 +416,7 @@ def run_update(tape, defn, args, attrs, given):
         raise err.with_context(
             name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
         ) from None
-    try:
-        values = run_kernel(defn, attrs, _values(args))
-    except FluidError:
-        raise
-    except Exception as err:
-        raise _kernel_error(defn, tape, err) from err
+    values = _run_checked(defn, attrs, args, tape)
     tape.bound_outputs = True
     write = transaction.write
     for var, value in zip(given, values):

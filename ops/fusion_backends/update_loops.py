@@ -91,58 +91,35 @@ m = g * g + moment[i]
 moment_out[i] = m
 out[i] = param[i] - (g / (np.sqrt(m) + epsilon)) * rate""",
     ),
-    # (RMSProp's four forms: with a momentum buffer, centered (a mean gradient), both, neither)
-    "rmsprop": (
-        ("param", "grad", "mean_square"),
-        ("decay", "keep", "epsilon", "rate"),
-        ("out", "mean_square_out"),
-        """\
-g = grad[i]
-s = mean_square[i] * decay + (g * g) * keep
-mean_square_out[i] = s
-out[i] = param[i] - (g / (np.sqrt(s) + epsilon)) * rate""",
-    ),
-    "rmsprop_momentum": (
-        ("param", "grad", "mean_square", "moment"),
-        ("decay", "keep", "epsilon", "rate", "momentum"),
-        ("out", "mean_square_out", "moment_out"),
-        """\
-g = grad[i]
-s = mean_square[i] * decay + (g * g) * keep
-mean_square_out[i] = s
-b = moment[i] * momentum + g / (np.sqrt(s) + epsilon)
-moment_out[i] = b
-out[i] = param[i] - b * rate""",
-    ),
-    "rmsprop_centered": (
-        ("param", "grad", "mean_square", "mean_grad"),
-        ("decay", "keep", "epsilon", "rate"),
-        ("out", "mean_square_out", "mean_grad_out"),
-        """\
-g = grad[i]
-s = mean_square[i] * decay + (g * g) * keep
-old = mean_grad[i]
-a = old + (g - old) * keep
-mean_square_out[i] = s
-mean_grad_out[i] = a
-out[i] = param[i] - (g / (np.sqrt(s - a * a) + epsilon)) * rate""",
-    ),
-    "rmsprop_centered_momentum": (
-        ("param", "grad", "mean_square", "moment", "mean_grad"),
-        ("decay", "keep", "epsilon", "rate", "momentum"),
-        ("out", "mean_square_out", "moment_out", "mean_grad_out"),
-        """\
-g = grad[i]
-s = mean_square[i] * decay + (g * g) * keep
-old = mean_grad[i]
-a = old + (g - old) * keep
-mean_square_out[i] = s
-mean_grad_out[i] = a
-b = moment[i] * momentum + g / (np.sqrt(s - a * a) + epsilon)
-moment_out[i] = b
-out[i] = param[i] - b * rate""",
-    ),
 }
+
+
+def _rmsprop(momentum, centered):
+    """RMSProp's form with a momentum buffer and/or centered (a mean gradient): its entry of
+    ``UPDATES``."""
+    inputs = ("param", "grad", "mean_square") + ("moment",) * momentum + ("mean_grad",) * centered
+    constants = ("decay", "keep", "epsilon", "rate") + ("momentum",) * momentum
+    outputs = ("out", "mean_square_out") + ("moment_out",) * momentum
+    outputs += ("mean_grad_out",) * centered
+    lines = ["g = grad[i]", "s = mean_square[i] * decay + (g * g) * keep", "mean_square_out[i] = s"]
+    root = "np.sqrt(s)"
+    if centered:
+        lines += ["old = mean_grad[i]", "a = old + (g - old) * keep", "mean_grad_out[i] = a"]
+        root = "np.sqrt(s - a * a)"
+    step = f"g / ({root} + epsilon)"
+    if momentum:
+        lines += [f"b = moment[i] * momentum + {step}", "moment_out[i] = b"]
+        lines.append("out[i] = param[i] - b * rate")
+    else:
+        lines.append(f"out[i] = param[i] - ({step}) * rate")
+    return inputs, constants, outputs, "\n".join(lines)
+
+
+UPDATES.update(
+    ("rmsprop" + "_centered" * centered + "_momentum" * momentum, _rmsprop(momentum, centered))
+    for momentum in (False, True)
+    for centered in (False, True)
+)
 
 
 def source(kind, in_place):
