@@ -291,6 +291,16 @@ def run_kernel(defn, attrs, values):
     )
 
 
+def _infer_checked(defn, attrs, args, tape):
+    """The outputs' descriptions; a failed check raised naming the op and the user's line."""
+    try:
+        return defn.infer(attrs, *args)
+    except FluidError as err:
+        raise err.with_context(
+            name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
+        ) from None
+
+
 def _run_checked(defn, attrs, args, tape):
     """``run_kernel`` on the Variables' arrays; a kernel's own failure raised as the op's
     ``ExecutionError``, at the user's line."""
@@ -330,15 +340,7 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferre
         return run_trusted(defn, args, attrs)
     if SHARED:  # a buffer another library may write (tape.dlpack): checksum what this op reads
         guard.seal(tape, args)
-    if inferred is None:
-        try:
-            descs = defn.infer(attrs, *args)
-        except FluidError as err:
-            raise err.with_context(
-                name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
-            ) from None
-    else:
-        descs = inferred
+    descs = _infer_checked(defn, attrs, args, tape) if inferred is None else inferred
     grad = state.grad_enabled and defn.differentiable and _wants_grad(args)
     if defn.fast and given is None and not tape.lazy:
         # One output, plain inputs, eager: the common case, kept short.
@@ -410,12 +412,7 @@ def run_update(tape, defn, args, attrs, given):
     ):
         record(tape, defn, args, attrs, given, depth=4)
         return
-    try:
-        defn.infer(attrs, *args)
-    except FluidError as err:
-        raise err.with_context(
-            name=f"{defn.type}_{len(tape._ops)}", op=defn.type, location=user_location()
-        ) from None
+    _infer_checked(defn, attrs, args, tape)
     values = _run_checked(defn, attrs, args, tape)
     tape.bound_outputs = True
     write = transaction.write

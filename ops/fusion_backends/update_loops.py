@@ -29,13 +29,20 @@ import numpy as np
 from ops.fusion_backends import compiled_loop
 
 # Per update, the parameter size from which the loop wins: smaller ones keep numpy's passes, as
-# the loop's call costs ~5 us. Measured on float32 (numpy -> loop): SGD 10.7 -> 15.9 us at 2**16
-# elements, 49 -> 40 at 2**18; momentum 23.5 -> 19.8 at 2**16; Adam 13.2 -> 9.2 at 2**12,
-# 86.5 -> 29.5 at 2**16.
-MIN_ELEMENTS = {"sgd": 1 << 18, "momentum": 1 << 16, "nesterov": 1 << 16, "adam": 1 << 12}
-# Adagrad 6.8 -> 5.8 us and RMSProp 8.8 -> 6.7 at 2**12; 807 -> 221 and 1,018 -> 216 at 2**20.
-MIN_ELEMENTS.update(dict.fromkeys(("adagrad", "rmsprop", "rmsprop_momentum"), 1 << 12))
-MIN_ELEMENTS.update(dict.fromkeys(("rmsprop_centered", "rmsprop_centered_momentum"), 1 << 12))
+# the loop's call costs ~5-9 us. Measured on float32 (numpy -> loop): SGD 10.7 -> 15.9 us at
+# 2**16 elements, 49 -> 40 at 2**18; momentum 23.5 -> 19.8 at 2**16; Adam 13.2 -> 9.2 at 2**12;
+# Adagrad 6.8 -> 5.8 and RMSProp 8.8 -> 6.7 at 2**12 (every RMSProp form has its threshold).
+MIN_ELEMENTS = {
+    "sgd": 1 << 18,
+    "momentum": 1 << 16,
+    "nesterov": 1 << 16,
+    "adam": 1 << 12,
+    "adagrad": 1 << 12,
+    "rmsprop": 1 << 12,
+    "rmsprop_momentum": 1 << 12,
+    "rmsprop_centered": 1 << 12,
+    "rmsprop_centered_momentum": 1 << 12,
+}
 
 # Per update: its array inputs, its constants (a float array of the parameter's dtype) and its
 # outputs, the first the new parameter; then the body of its loop over element ``i``. Every body
