@@ -14,9 +14,10 @@ import numpy as np
 from ops.activation import sigmoid_grad, tanh, tanh_grad
 from ops.compose import NO_ATTRS, mul
 from ops.fill import fill_zeros_like
+from ops.fusion_backends import lstm_loops
 from ops.infer import promoted_float
 from ops.reduce import sum_to
-from ops.registry import register
+from ops.registry import Attr, register
 from ops.shape import concat, split
 from ops.xp import promote
 from tape.errors import ShapeError
@@ -121,6 +122,7 @@ def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
     "lstm_cell",
     inputs=("Gi", "Gh", "C", "BiasIh?", "BiasHh?"),
     outputs=("Hout", "Cout", "Gates"),
+    attrs={"fast_exp": Attr("bool", False)},
     infer=_infer_lstm,
     no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"),
     returns=lambda results: results[:2],
@@ -139,12 +141,21 @@ def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
     one fused 'lstm_cell_grad' op, or registered ops (split, sigmoid_grad, tanh_grad, mul,
     concat) when the gradient must itself be differentiable.
 
+    ``fast_exp`` (float32): the step as one compiled loop (``ops.fusion_backends.lstm_loops``)
+    where that applies, equal to the default within rounding; off by default, so eager mode
+    keeps numpy's bits (lazy plans that may round differently turn it on, and pass it on to
+    the gradient op).
+
     >>> import numpy as np, tape, ops
     >>> zeros = tape.Variable(np.zeros((1, 8), np.float32))
     >>> h, c = ops.lstm_cell(zeros, zeros, tape.Variable(np.ones((1, 2), np.float32)))
     >>> c.numpy(), h.numpy().round(4)
     (array([[0.5, 0.5]], dtype=float32), array([[0.2311, 0.2311]], dtype=float32))
     """
+    if attrs["fast_exp"]:
+        made = lstm_loops.forward(gi, gh, c, bias_ih, bias_hh)
+        if made is not None:
+            return made
     gi, gh, c, bias_ih, bias_hh = promote(gi, gh, c, bias_ih, bias_hh)
     gates = xp.add(gi, gh)
     if bias_ih is not None and bias_hh is not None:
@@ -177,7 +188,8 @@ def _(g):
             gbias = sum_to(gz, (gates.shape[-1],))
     else:
         # The fused gradient sums dz for the biases too: one op per step fewer to record.
-        gz, gc, gbias = apply(lstm_cell_grad, (gates, c, cout, g_hout, g_cout), NO_ATTRS)
+        attrs = _FAST_GRAD if g.attrs["fast_exp"] else lstm_cell_grad.defaults
+        gz, gc, gbias = apply(lstm_cell_grad, (gates, c, cout, g_hout, g_cout), attrs)
     # Both biases get this one Variable.
     return gz, gz, gc, gbias if g.needs(3) else None, gbias if g.needs(4) else None
 
@@ -228,6 +240,7 @@ def _infer_lstm_grad(attrs, gates, c, cout, g_hout, g_cout):
     "lstm_cell_grad",
     inputs=("Gates", "C", "Cout", "Hout@GRAD?", "Cout@GRAD?"),
     outputs=("Z@GRAD", "C@GRAD", "Bias@GRAD"),
+    attrs={"fast_exp": Attr("bool", False)},
     infer=_infer_lstm_grad,
     differentiable=False,
 )
@@ -241,8 +254,12 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
         Bias@GRAD = Z@GRAD summed over the leading axes (the gradient of either bias)
 
     Not differentiable: a gradient that must be differentiated again is composed from
-    registered ops instead (see lstm_cell).
+    registered ops instead (see lstm_cell). ``fast_exp``: as lstm_cell's.
     """
+    if attrs["fast_exp"]:
+        made = lstm_loops.backward(gates, c, cout, g_hout, g_cout)
+        if made is not None:
+            return made
     # Arithmetic on a gate's strided slice of (..., 4H) costs several times as much as on a
     # contiguous array at LSTM sizes, so the gates are copied once into a gate-major block
     # (4, ..., H) and Z@GRAD is built in another, copied back at the end.
@@ -265,6 +282,9 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     gbias = gz.reshape(-1, gz.shape[-1]).sum(axis=0)
     # g_state is this kernel's own buffer when Hout@GRAD came, never Cout@GRAD's.
     return gz, xp.multiply(g_state, f, out=g_state if g_hout is not None else None), gbias
+
+
+_FAST_GRAD = dict(lstm_cell_grad.defaults, fast_exp=True)
 
 
 def _state_grad(xp, o, c, cout, g_hout, g_cout, gz_o):

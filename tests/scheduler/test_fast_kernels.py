@@ -7,7 +7,7 @@ import pytest
 
 import ops
 import tape
-from ops.fusion_backends import compiled_loop, numba_loops, softmax_rows
+from ops.fusion_backends import compiled_loop, lstm_loops, numba_loops, softmax_rows
 from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import fast_kernels
@@ -104,3 +104,88 @@ def test_validation_accepts_the_row_softmax_as_a_rewrite(loaded_rows):
     values, plan = _step(*_data(), validate=True)
     assert _fast_exp(plan) == [True]
     assert np.isfinite(values[0])
+
+
+# ---- the LSTM step and its gradient ---------------------------------------------------------
+
+
+def test_the_pass_turns_fast_exp_on_for_the_lstm_step_and_its_gradient():
+    cell = OpDesc(
+        "lstm_cell",
+        {"Gi": ["gi"], "Gh": ["gh"], "C": ["c"]},
+        {"Hout": ["h2"], "Cout": ["c2"], "Gates": ["z"]},
+        freeze(REGISTRY["lstm_cell"].defaults),
+    )
+    grad = OpDesc(
+        "lstm_cell_grad",
+        {"Gates": ["z"], "C": ["c"], "Cout": ["c2"], "Hout@GRAD": ["dh"]},
+        {"Z@GRAD": ["dz"], "C@GRAD": ["dc"], "Bias@GRAD": ["db"]},
+        freeze(REGISTRY["lstm_cell_grad"].defaults),
+    )
+    shapes = {"gi": (2, 8), "gh": (2, 8), "z": (2, 8), "dz": (2, 8), "db": (8,)}
+    names = ["gi", "gh", "c", "h2", "c2", "z", "dh", "dz", "dc", "db"]
+    variables = {n: VarDesc(n, shapes.get(n, (2, 2)), "float32") for n in names}
+    rewritten = fast_kernels.rewrite(Block(variables, [cell, grad]))
+    assert [op.attrs["fast_exp"] for op in rewritten.ops] == [True, True]
+    assert not cell.attrs["fast_exp"] and not grad.attrs["fast_exp"]
+
+
+@pytest.fixture
+def loaded_cell_loops(tmp_path, monkeypatch):
+    """Both LSTM loops compiled into this test's kernel cache, so plans find them at once."""
+    if not numba_loops.available():
+        pytest.skip("numba is not installed")
+    for _ in isolated(tmp_path, monkeypatch, lstm_loops):
+        for kind, source in lstm_loops.SOURCES.items():
+            compile_now(source, lstm_loops._make(kind).arguments)
+        yield
+
+
+def _lstm_step(**lazy):
+    """An LSTM cell over 6 steps and the sum of its states' means: the loss and every parameter's
+    gradient, and the plan of the run (None in eager mode)."""
+    import layers
+
+    rng = np.random.default_rng(3)
+    cell = layers.LSTMCell(5, 8)
+    for param in cell.params():
+        param.set_value(rng.standard_normal(param.shape).astype(np.float32) * 0.5)
+    xs = rng.standard_normal((6, 4, 5)).astype(np.float32)
+    with tape.lazy(enabled=bool(lazy), **lazy):
+        t = tape.reset_global_tape()
+        state = None
+        total = None
+        for x in xs:
+            state = cell(tape.Variable(x), state)
+            total = ops.mean(state[0]) if total is None else total + ops.mean(state[0])
+        tape.backward(total)
+        values = [total.numpy().copy()] + [p.grad().numpy().copy() for p in cell.params()]
+        plan = getattr(t, "_last_plan", None)
+        tape.reset_global_tape()
+    return values, plan
+
+
+def _cell_fast_exp(plan):
+    return [
+        op.attrs["fast_exp"]
+        for op in plan.analysis.block.ops
+        if op.type in ("lstm_cell", "lstm_cell_grad")
+    ]
+
+
+def test_a_plan_runs_the_lstm_loops_within_rounding_of_eager_mode(loaded_cell_loops):
+    eager, _ = _lstm_step()
+    lazy, plan = _lstm_step(compile=True)
+    assert set(_cell_fast_exp(plan)) == {True}
+    assert all(loop.loops is not None for loop in lstm_loops._LOOPS.values())  # (they ran)
+    assert set(lstm_loops._LOOPS) == {"forward", "backward"}
+    for got, want in zip(lazy, eager, strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
+def test_exact_plans_keep_numpys_lstm_kernels_bit_for_bit(loaded_cell_loops):
+    eager, _ = _lstm_step()
+    exact, plan = _lstm_step(compile=True, exact=True)
+    assert set(_cell_fast_exp(plan)) == {False}
+    for got, want in zip(exact, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
