@@ -25,7 +25,6 @@ from tape.variable import Variable
 
 _MATMUL = REGISTRY["matmul"]
 _TRANSPOSE_Y = _MATMUL.check_attrs({"transpose_y": True})
-_LSTM = REGISTRY["lstm_cell"]
 _NO_ATTRS = {}
 
 
@@ -217,7 +216,7 @@ class LSTM(_Recurrent):
     def _step(self, cell, gi, state):
         h, c = state
         gh = apply(_MATMUL, (h, cell.weight_hh), _TRANSPOSE_Y)
-        return tuple(apply(_LSTM, (gi, gh, c, cell.bias_ih, cell.bias_hh), _LSTM.defaults))
+        return tuple(apply(REGISTRY["lstm_cell"], (gi, gh, c, cell.bias_ih, cell.bias_hh), {}))
 
     @staticmethod
     def _hidden(state):

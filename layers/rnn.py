@@ -131,7 +131,7 @@ class LSTMCell(_Cell):
             self._check_state(x, c, "c")
         gi = apply(_MATMUL, (x, self.weight_ih), _TRANSPOSE_Y)
         gh = apply(_MATMUL, (h, self.weight_hh), _TRANSPOSE_Y)
-        return apply(_LSTM, (gi, gh, c, self.bias_ih, self.bias_hh), _LSTM.defaults)
+        return apply(_LSTM, (gi, gh, c, self.bias_ih, self.bias_hh), _NO_ATTRS)
 
 
 class GRUCell(_Cell):

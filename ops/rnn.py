@@ -122,7 +122,6 @@ def _infer_lstm(attrs, gi, gh, c, bias_ih, bias_hh):
     "lstm_cell",
     inputs=("Gi", "Gh", "C", "BiasIh?", "BiasHh?"),
     outputs=("Hout", "Cout", "Gates"),
-    attrs={"fast_exp": Attr("bool", False)},
     infer=_infer_lstm,
     no_need_buffer=("Gi", "Gh", "BiasIh", "BiasHh"),
     returns=lambda results: results[:2],
@@ -141,21 +140,12 @@ def lstm_cell(xp, attrs, gi, gh, c, bias_ih, bias_hh):
     one fused 'lstm_cell_grad' op, or registered ops (split, sigmoid_grad, tanh_grad, mul,
     concat) when the gradient must itself be differentiable.
 
-    ``fast_exp`` (float32): the step as one compiled loop (``ops.fusion_backends.lstm_loops``)
-    where that applies, equal to the default within rounding; off by default, so eager mode
-    keeps numpy's bits (lazy plans that may round differently turn it on, and pass it on to
-    the gradient op).
-
     >>> import numpy as np, tape, ops
     >>> zeros = tape.Variable(np.zeros((1, 8), np.float32))
     >>> h, c = ops.lstm_cell(zeros, zeros, tape.Variable(np.ones((1, 2), np.float32)))
     >>> c.numpy(), h.numpy().round(4)
     (array([[0.5, 0.5]], dtype=float32), array([[0.2311, 0.2311]], dtype=float32))
     """
-    if attrs["fast_exp"]:
-        made = lstm_loops.forward(gi, gh, c, bias_ih, bias_hh)
-        if made is not None:
-            return made
     gi, gh, c, bias_ih, bias_hh = promote(gi, gh, c, bias_ih, bias_hh)
     gates = xp.add(gi, gh)
     if bias_ih is not None and bias_hh is not None:
@@ -188,8 +178,9 @@ def _(g):
             gbias = sum_to(gz, (gates.shape[-1],))
     else:
         # The fused gradient sums dz for the biases too: one op per step fewer to record.
-        attrs = _FAST_GRAD if g.attrs["fast_exp"] else lstm_cell_grad.defaults
-        gz, gc, gbias = apply(lstm_cell_grad, (gates, c, cout, g_hout, g_cout), attrs)
+        gz, gc, gbias = apply(
+            lstm_cell_grad, (gates, c, cout, g_hout, g_cout), lstm_cell_grad.defaults
+        )
     # Both biases get this one Variable.
     return gz, gz, gc, gbias if g.needs(3) else None, gbias if g.needs(4) else None
 
@@ -254,7 +245,12 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
         Bias@GRAD = Z@GRAD summed over the leading axes (the gradient of either bias)
 
     Not differentiable: a gradient that must be differentiated again is composed from
-    registered ops instead (see lstm_cell). ``fast_exp``: as lstm_cell's.
+    registered ops instead (see lstm_cell).
+
+    ``fast_exp`` (float32): the gradient as one compiled loop
+    (``ops.fusion_backends.lstm_loops``) where that applies, equal to the default within
+    rounding; off by default, so eager mode keeps numpy's bits (lazy plans that may round
+    differently turn it on).
     """
     if attrs["fast_exp"]:
         made = lstm_loops.backward(gates, c, cout, g_hout, g_cout)
@@ -282,9 +278,6 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     gbias = gz.reshape(-1, gz.shape[-1]).sum(axis=0)
     # g_state is this kernel's own buffer when Hout@GRAD came, never Cout@GRAD's.
     return gz, xp.multiply(g_state, f, out=g_state if g_hout is not None else None), gbias
-
-
-_FAST_GRAD = dict(lstm_cell_grad.defaults, fast_exp=True)
 
 
 def _state_grad(xp, o, c, cout, g_hout, g_cout, gz_o):

@@ -109,35 +109,28 @@ def test_validation_accepts_the_row_softmax_as_a_rewrite(loaded_rows):
 # ---- the LSTM step and its gradient ---------------------------------------------------------
 
 
-def test_the_pass_turns_fast_exp_on_for_the_lstm_step_and_its_gradient():
-    cell = OpDesc(
-        "lstm_cell",
-        {"Gi": ["gi"], "Gh": ["gh"], "C": ["c"]},
-        {"Hout": ["h2"], "Cout": ["c2"], "Gates": ["z"]},
-        freeze(REGISTRY["lstm_cell"].defaults),
-    )
+def test_the_pass_turns_fast_exp_on_for_the_lstm_gradient():
     grad = OpDesc(
         "lstm_cell_grad",
         {"Gates": ["z"], "C": ["c"], "Cout": ["c2"], "Hout@GRAD": ["dh"]},
         {"Z@GRAD": ["dz"], "C@GRAD": ["dc"], "Bias@GRAD": ["db"]},
         freeze(REGISTRY["lstm_cell_grad"].defaults),
     )
-    shapes = {"gi": (2, 8), "gh": (2, 8), "z": (2, 8), "dz": (2, 8), "db": (8,)}
-    names = ["gi", "gh", "c", "h2", "c2", "z", "dh", "dz", "dc", "db"]
+    shapes = {"z": (2, 8), "dz": (2, 8), "db": (8,)}
+    names = ["z", "c", "c2", "dh", "dz", "dc", "db"]
     variables = {n: VarDesc(n, shapes.get(n, (2, 2)), "float32") for n in names}
-    rewritten = fast_kernels.rewrite(Block(variables, [cell, grad]))
-    assert [op.attrs["fast_exp"] for op in rewritten.ops] == [True, True]
-    assert not cell.attrs["fast_exp"] and not grad.attrs["fast_exp"]
+    (rewritten,) = fast_kernels.rewrite(Block(variables, [grad])).ops
+    assert rewritten.attrs["fast_exp"] and not grad.attrs["fast_exp"]
 
 
 @pytest.fixture
-def loaded_cell_loops(tmp_path, monkeypatch):
-    """Both LSTM loops compiled into this test's kernel cache, so plans find them at once."""
+def loaded_cell_loop(tmp_path, monkeypatch):
+    """The LSTM gradient's loop compiled into this test's kernel cache, so plans find it at
+    once."""
     if not numba_loops.available():
         pytest.skip("numba is not installed")
     for _ in isolated(tmp_path, monkeypatch, lstm_loops):
-        for kind, source in lstm_loops.SOURCES.items():
-            compile_now(source, lstm_loops._make(kind).arguments)
+        compile_now(lstm_loops.BACKWARD, lstm_loops.ARGUMENTS)
         yield
 
 
@@ -166,24 +159,19 @@ def _lstm_step(**lazy):
 
 
 def _cell_fast_exp(plan):
-    return [
-        op.attrs["fast_exp"]
-        for op in plan.analysis.block.ops
-        if op.type in ("lstm_cell", "lstm_cell_grad")
-    ]
+    return [op.attrs["fast_exp"] for op in plan.analysis.block.ops if op.type == "lstm_cell_grad"]
 
 
-def test_a_plan_runs_the_lstm_loops_within_rounding_of_eager_mode(loaded_cell_loops):
+def test_a_plan_runs_the_lstm_gradient_loop_within_rounding_of_eager_mode(loaded_cell_loop):
     eager, _ = _lstm_step()
     lazy, plan = _lstm_step(compile=True)
     assert set(_cell_fast_exp(plan)) == {True}
-    assert all(loop.loops is not None for loop in lstm_loops._LOOPS.values())  # (they ran)
-    assert set(lstm_loops._LOOPS) == {"forward", "backward"}
+    assert lstm_loops._LOOPS["backward"].loops is not None  # (it ran)
     for got, want in zip(lazy, eager, strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
 
 
-def test_exact_plans_keep_numpys_lstm_kernels_bit_for_bit(loaded_cell_loops):
+def test_exact_plans_keep_numpys_lstm_gradient_bit_for_bit(loaded_cell_loop):
     eager, _ = _lstm_step()
     exact, plan = _lstm_step(compile=True, exact=True)
     assert set(_cell_fast_exp(plan)) == {False}
