@@ -14,7 +14,7 @@ import numpy as np
 from ops.activation import sigmoid_grad, tanh, tanh_grad
 from ops.compose import NO_ATTRS, mul
 from ops.fill import fill_zeros_like
-from ops.fusion_backends import lstm_loops
+from ops.fusion_backends import lstm_grad_loop
 from ops.infer import promoted_float
 from ops.reduce import sum_to
 from ops.registry import Attr, register
@@ -248,12 +248,12 @@ def lstm_cell_grad(xp, attrs, gates, c, cout, g_hout, g_cout):
     registered ops instead (see lstm_cell).
 
     ``fast_exp`` (float32): the gradient as one compiled loop
-    (``ops.fusion_backends.lstm_loops``) where that applies, equal to the default within
+    (``ops.fusion_backends.lstm_grad_loop``) where that applies, equal to the default within
     rounding; off by default, so eager mode keeps numpy's bits (lazy plans that may round
     differently turn it on).
     """
     if attrs["fast_exp"]:
-        made = lstm_loops.backward(gates, c, cout, g_hout, g_cout)
+        made = lstm_grad_loop.backward(gates, c, cout, g_hout, g_cout)
         if made is not None:
             return made
     # Arithmetic on a gate's strided slice of (..., 4H) costs several times as much as on a

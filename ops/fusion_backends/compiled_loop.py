@@ -16,7 +16,11 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
+
 from ops.fusion_backends import compile_process, kernel_cache, numba_loops
+
+_RAISES = frozenset(("raise", "call", "log"))  # (numpy error handlers a loop cannot honour)
 
 
 def usable():
@@ -29,6 +33,12 @@ def usable():
         and numba_loops.available()
         and compile_process.enabled()
     )
+
+
+def numpy_raises():
+    """Whether numpy's error state asks to raise (or call or log) on a floating-point error:
+    then an op keeps numpy's passes, which do, where a loop sets no flags."""
+    return not _RAISES.isdisjoint(np.geterr().values())
 
 
 def array(dtype, ndim, writeable=True):
@@ -110,4 +120,4 @@ def request(source, arguments):
     return {"source": source, "vectorised": True, "parallel": False, "arguments": arguments}
 
 
-__all__ = ["Loop", "loop", "usable", "array", "request"]
+__all__ = ["Loop", "loop", "usable", "array", "request", "numpy_raises"]

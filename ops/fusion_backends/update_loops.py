@@ -147,7 +147,6 @@ def source(kind, in_place):
 
 
 _LOOPS = {}  # (kind, dtype, in place) -> compiled_loop.Loop
-_RAISES = frozenset(("raise", "call", "log"))  # (numpy error handlers a loop cannot honour)
 
 
 def loop(kind, dtype, in_place):
@@ -173,7 +172,7 @@ def run(kind, inputs, constants, in_place, outputs):
     param = inputs[0]
     if param.size < MIN_ELEMENTS[kind] or not _plain(param, inputs):  # (the size first: cheap)
         return None
-    if not _RAISES.isdisjoint(np.geterr().values()):  # (numpy's passes raise where asked)
+    if compiled_loop.numpy_raises():  # (numpy's passes raise where asked)
         return None
     found = loop(kind, param.dtype, in_place)
     loops = None if found is None else found.ready()

@@ -9,7 +9,7 @@ eager mode's by reassociation, and ``validate=True`` compares them within that t
   per row (``ops.fusion_backends.softmax_rows``: 2.4x faster on a language model's logits),
   which its kernel uses where the rows are large enough and the loop is compiled.
 - ``lstm_cell_grad``: ``fast_exp``, the LSTM step's gradient as one compiled loop
-  (``ops.fusion_backends.lstm_loops``: 28 -> 16 us an op in the ``lstm`` benchmark's plan),
+  (``ops.fusion_backends.lstm_grad_loop``: 28 -> 16 us an op in the ``lstm`` benchmark's plan),
   which its kernel uses on float32 where the loop is compiled.
 
 Cost: one pass over the ops; the dependencies stay valid (no op is added, removed or rewired).

@@ -7,7 +7,7 @@ import pytest
 
 import ops
 import tape
-from ops.fusion_backends import compiled_loop, lstm_loops, numba_loops, softmax_rows
+from ops.fusion_backends import compiled_loop, lstm_grad_loop, numba_loops, softmax_rows
 from ops.registry import REGISTRY
 from tape.ir import Block, OpDesc, VarDesc, freeze
 from tape.passes import fast_kernels
@@ -129,8 +129,8 @@ def loaded_cell_loop(tmp_path, monkeypatch):
     once."""
     if not numba_loops.available():
         pytest.skip("numba is not installed")
-    for _ in isolated(tmp_path, monkeypatch, lstm_loops):
-        compile_now(lstm_loops.BACKWARD, lstm_loops.ARGUMENTS)
+    for _ in isolated(tmp_path, monkeypatch, lstm_grad_loop):
+        compile_now(lstm_grad_loop.BACKWARD, lstm_grad_loop.ARGUMENTS)
         yield
 
 
@@ -166,7 +166,7 @@ def test_a_plan_runs_the_lstm_gradient_loop_within_rounding_of_eager_mode(loaded
     eager, _ = _lstm_step()
     lazy, plan = _lstm_step(compile=True)
     assert set(_cell_fast_exp(plan)) == {True}
-    assert lstm_loops._LOOPS["backward"].loops is not None  # (it ran)
+    assert lstm_grad_loop._LOOPS["backward"].loops is not None  # (it ran)
     for got, want in zip(lazy, eager, strict=True):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
 

@@ -1,5 +1,5 @@
 """The LSTM step's gradient as one compiled loop for non-exact lazy plans
-(ops/fusion_backends/lstm_loops.py): numpy's ``lstm_cell_grad`` kernel within rounding, special
+(ops/fusion_backends/lstm_grad_loop.py): numpy's ``lstm_cell_grad`` kernel within rounding, special
 values included; compiled in the compile process and loaded from the kernel cache, never in the
 program; numpy's passes wherever it does not apply or is not compiled yet."""
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ops import fused
-from ops.fusion_backends import compile_process, compiled_loop, lstm_loops, numba_loops
+from ops.fusion_backends import compile_process, compiled_loop, lstm_grad_loop, numba_loops
 from ops.registry import REGISTRY
 from tests.ops.loop_helpers import compile_now, isolated
 
@@ -31,14 +31,14 @@ WAIT_SECONDS = 120  # (a compile takes ~1 s; the child also imports numba first)
 @pytest.fixture(autouse=True)
 def own_loops(tmp_path, monkeypatch):
     """Each test: its own kernel cache, compile process and LSTM loop."""
-    yield from isolated(tmp_path, monkeypatch, lstm_loops)
+    yield from isolated(tmp_path, monkeypatch, lstm_grad_loop)
 
 
 def _compiled():
     """The loop compiled into this test's cache, as the compile process does it, then loaded
     the way the program loads it."""
-    compile_now(lstm_loops.BACKWARD, lstm_loops.ARGUMENTS)
-    assert lstm_loops.loop().ready() is not None
+    compile_now(lstm_grad_loop.BACKWARD, lstm_grad_loop.ARGUMENTS)
+    assert lstm_grad_loop.loop().ready() is not None
 
 
 def _step_inputs(rng, rows, hidden, scale=1.0):
@@ -78,7 +78,7 @@ def _assert_close(got, want):
 def test_the_loop_gives_numpys_kernel_within_rounding(rows, hidden, scale, seed):
     _compiled()  # (cached after the first example: the same file, loaded)
     grad = _grad_inputs(np.random.default_rng(seed), rows, hidden, scale)
-    _assert_close(lstm_loops.backward(*grad), GRAD.kernel(np, GRAD.defaults, *grad))
+    _assert_close(lstm_grad_loop.backward(*grad), GRAD.kernel(np, GRAD.defaults, *grad))
 
 
 def test_special_values_give_what_numpys_kernel_gives():
@@ -90,7 +90,7 @@ def test_special_values_give_what_numpys_kernel_gives():
     c[3, 2], g_cout[3, 1] = inf, -inf  # infinite products
     with np.errstate(invalid="ignore", over="ignore"):
         want = GRAD.kernel(np, GRAD.defaults, gates, c, cout, g_hout, g_cout)
-        got = lstm_loops.backward(gates, c, cout, g_hout, g_cout)
+        got = lstm_grad_loop.backward(gates, c, cout, g_hout, g_cout)
     _assert_close(got, want)
 
 
@@ -99,11 +99,11 @@ def test_the_op_with_fast_exp_matches_numpy_within_rounding_once_loaded():
     for _ in range(compiled_loop.Loop.SUBMIT_CALLS):  # (asked of the compile process after
         GRAD.kernel(np, FAST, *grad)  # as many calls as a fused kernel; numpy meanwhile)
     deadline = time.monotonic() + WAIT_SECONDS
-    while lstm_loops.backward(*grad) is None:
+    while lstm_grad_loop.backward(*grad) is None:
         assert time.monotonic() < deadline, "the gradient's loop was never loaded"
         time.sleep(0.02)
     _assert_close(GRAD.kernel(np, FAST, *grad), GRAD.kernel(np, GRAD.defaults, *grad))
-    assert lstm_loops._LOOPS["backward"].spent is None  # moved: settled
+    assert lstm_grad_loop._LOOPS["backward"].spent is None  # moved: settled
 
 
 def test_until_the_loop_is_compiled_fast_exp_is_numpys_kernel_bit_for_bit(monkeypatch):
@@ -150,7 +150,7 @@ def _not_for_the_loop(case):
 def test_the_loop_does_not_apply_to(case):
     _compiled()
     grad = _not_for_the_loop(case)
-    assert lstm_loops.backward(*grad) is None
+    assert lstm_grad_loop.backward(*grad) is None
     for got, want in zip(  # (the op's kernel: numpy's, bit for bit)
         GRAD.kernel(np, FAST, *grad), GRAD.kernel(np, GRAD.defaults, *grad), strict=True
     ):
@@ -161,7 +161,7 @@ def test_f_ordered_inputs_are_copied_not_refused():
     """A small batch's gates and states come F-ordered from ``x @ W.T`` (``ops.matmul``)."""
     _compiled()
     grad = _grad_inputs(np.random.default_rng(6), 4, 8)
-    got = lstm_loops.backward(*[np.asfortranarray(a) for a in grad])
+    got = lstm_grad_loop.backward(*[np.asfortranarray(a) for a in grad])
     _assert_close(got, GRAD.kernel(np, GRAD.defaults, *grad))
 
 
@@ -171,7 +171,7 @@ def test_under_errstate_raise_numpys_passes_run_and_raise():
     c[0, 0] = np.inf
     gates[0, 3 + 0] = 0.0  # (gate f of unit 0 is 0: (1 - f) f c = 0 * inf, invalid)
     with np.errstate(all="raise"):
-        assert lstm_loops.backward(gates, c, cout, g_hout, g_cout) is None
+        assert lstm_grad_loop.backward(gates, c, cout, g_hout, g_cout) is None
         with pytest.raises(FloatingPointError):
             GRAD.kernel(np, FAST, gates, c, cout, g_hout, g_cout)
 
@@ -180,7 +180,7 @@ def test_a_backend_other_than_auto_or_numba_keeps_numpys_passes():
     grad = _grad_inputs(np.random.default_rng(10), 4, 3)
     with fused.backend("reference"):
         assert not compiled_loop.usable()
-        assert lstm_loops.backward(*grad) is None
+        assert lstm_grad_loop.backward(*grad) is None
 
 
 def test_without_numba_imported_the_loop_is_asked_for_after_64_calls(monkeypatch):
@@ -189,8 +189,8 @@ def test_without_numba_imported_the_loop_is_asked_for_after_64_calls(monkeypatch
     monkeypatch.delitem(sys.modules, "numba")
     grad = _grad_inputs(np.random.default_rng(11), 4, 3)
     for _ in range(compiled_loop.Loop.SUBMIT_CALLS - 1):
-        assert lstm_loops.backward(*grad) is None
-    (waiting,) = lstm_loops._LOOPS.values()
+        assert lstm_grad_loop.backward(*grad) is None
+    (waiting,) = lstm_grad_loop._LOOPS.values()
     assert waiting.key is None and fused.unsettled()
-    assert lstm_loops.backward(*grad) is None  # (the 64th: asked of the compile process)
+    assert lstm_grad_loop.backward(*grad) is None  # (the 64th: asked of the compile process)
     assert compile_process.state(waiting.key) in (compile_process.PENDING, compile_process.READY)

@@ -66,7 +66,6 @@ def fused(gates, c, cout, g_hout, g_cout, gz, gc):
 
 _FLOAT32 = np.dtype(np.float32)
 ARGUMENTS = [compiled_loop.array(_FLOAT32, 2)] * 7  # (the loop's arrays, as numba types)
-_RAISES = frozenset(("raise", "call", "log"))  # (numpy error handlers a loop cannot honour)
 _LOOPS = {}  # "backward" -> compiled_loop.Loop
 
 
@@ -88,7 +87,7 @@ def backward(gates, c, cout, g_hout, g_cout):
     gates, c, cout, g_hout, g_cout = map(_c_ordered, (gates, c, cout, g_hout, g_cout))
     if not _plain(gates, (c, cout, g_hout, g_cout)):
         return None
-    if not _RAISES.isdisjoint(np.geterr().values()):  # (numpy's passes raise where asked)
+    if compiled_loop.numpy_raises():  # (numpy's passes raise where asked)
         return None
     found = loop()
     loops = None if found is None else found.ready()
