@@ -16,8 +16,9 @@ lazy plans unless ``exact``). Special values behave as numpy's kernel's: a row h
 +inf, or only -inf gives NaN; a row whose largest value is finite gives exp(-inf) = 0.
 
 The loop compiles in the compile process (``compiled_loop``) once the op has run 64 times, as a
-fused kernel does (at once where numba is imported already). Until it is loaded, and wherever
-numba, the compile process or the kernel cache is missing, ``rows`` returns None and the
+fused kernel does (at once where numba is imported already). Until it is loaded, wherever
+numba, the compile process or the kernel cache is missing, and where numpy's error state asks
+to raise on floating-point errors (the loop sets no flags), ``rows`` returns None and the
 caller runs numpy's passes. A program never waits for a compile.
 """
 
@@ -78,6 +79,7 @@ def rows(x):
         or x.size < MIN_ELEMENTS
         or not x.flags.c_contiguous
         or not x.flags.writeable  # (the loop is compiled for writeable arrays only)
+        or compiled_loop.numpy_raises()  # (numpy's passes raise where asked; the loop cannot)
     ):
         return None
     found = loop(x.dtype)

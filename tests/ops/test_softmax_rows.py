@@ -151,6 +151,17 @@ def test_a_read_only_array_keeps_numpys_passes():
     assert softmax_rows.rows(x.copy()) is not None  # (the same array, writeable: the loop)
 
 
+def test_under_errstate_raise_numpys_passes_run_and_raise():
+    _compiled(np.float32)
+    x = np.zeros((64, 1024), np.float32)
+    x[3] = -np.inf  # (a row of -inf only: NaN, an invalid operation)
+    assert softmax_rows.rows(x.copy()) is not None  # (the loop, without the error state)
+    with np.errstate(invalid="raise"):
+        assert softmax_rows.rows(x) is None
+        with pytest.raises(FloatingPointError):
+            SWCE.kernel(np, FAST, x, np.zeros((64, 1), np.int64))
+
+
 def test_a_backend_other_than_auto_or_numba_keeps_numpys_passes():
     x = np.zeros((64, 1024), np.float32)
     with fused.backend("reference"):
