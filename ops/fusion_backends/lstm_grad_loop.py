@@ -99,8 +99,14 @@ def backward(gates, c, cout, g_hout, g_cout):
 
 
 def _c_ordered(array):
-    """``array``, copied to C order where it is a 2-D numpy array in another layout."""
-    if array.__class__ is np.ndarray and array.ndim == 2 and not array.flags.c_contiguous:
+    """``array``, copied to C order where it is a 2-D float32 numpy array in another layout
+    (another array is left for ``_plain`` to refuse, uncopied)."""
+    if (
+        array.__class__ is np.ndarray
+        and array.ndim == 2
+        and array.dtype == _FLOAT32
+        and not array.flags.c_contiguous
+    ):
         return np.ascontiguousarray(array)
     return array
 

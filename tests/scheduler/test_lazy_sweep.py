@@ -16,6 +16,7 @@ from tape.testing import (
     _float_slots,
     _ordered,
     _weighted_sum,
+    assert_within_rounding,
     run_op,
 )
 from tests.ops.test_registry_sweep import CASES
@@ -67,12 +68,8 @@ def _assert_same(eager, lazy, what, rounding=False):
             continue
         assert got.dtype == want.dtype and got.shape == want.shape, f"{what} {i}"
         if rounding and want.dtype.kind == "f":
-            finite = np.abs(want[np.isfinite(want)])
-            scale = max(1.0, float(finite.max())) if finite.size else 1.0
-            ulps = 8 * np.finfo(want.dtype).eps
-            np.testing.assert_allclose(
-                got, want, rtol=10 * ulps, atol=ulps * scale, equal_nan=True, err_msg=f"{what} {i}"
-            )
+            rtol = 80 * np.finfo(want.dtype).eps
+            assert_within_rounding(got, want, rtol, ulps=8, err_msg=f"{what} {i}")
         else:
             np.testing.assert_array_equal(got, want, err_msg=f"{what} {i}")
 
