@@ -1,0 +1,468 @@
+"""Linear algebra on the last two axes, as torch.linalg: inverse, det, slogdet, solve,
+cholesky, solve_triangular and trace, with ``cofactor`` (det's gradient); every gradient is
+built from these ops and the matrix ops, so it can be differentiated again.
+
+Leading axes are a batch (``(..., n, n)``); float32 and float64 only (numpy's linalg has no
+float16 kernels), and integer input is refused, as for any float function (trace, a sum, keeps
+integers). Kernels call ``xp.linalg`` (numpy or cupy). A singular matrix (inverse, solve,
+solve_triangular) or one that is not positive definite (cholesky) fails in the kernel with a
+``LinAlgError`` saying so, which reaches the user as the op's ``ExecutionError`` at the line
+that recorded the op (eagerly, or when a lazy plan runs it). cupy's solvers do not check by
+default: on a GPU such a matrix gives NaN or Inf instead.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from ops.infer import broadcast_shapes, promoted
+from ops.reduce import accumulated_dtype, sum_to
+from ops.registry import Attr, register
+from tape.errors import DTypeError, ShapeError
+from tape.tape import apply
+
+SlogDet = namedtuple("SlogDet", ["sign", "logabsdet"])
+
+
+# ---- checks and helpers -----------------------------------------------------------------------
+
+
+def _require_linalg_float(*slots):
+    """The promotion of (slot, Variable) pairs, each of which must be float32 or float64."""
+    for slot, var in slots:
+        if var.dtype.kind != "f" or var.dtype.itemsize < 4:
+            raise DTypeError(
+                None,
+                f"input {slot} must be floating point (float32 or float64)",
+                expected="float32 or float64",
+                actual=f"{slot}.dtype={var.dtype}",
+                hint="numpy's linalg has no float16 kernels" if var.dtype.kind == "f" else None,
+            )
+    return promoted(*(var for _, var in slots))
+
+
+def _require_square(var, slot="A"):
+    shape = tuple(var.shape)
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ShapeError(
+            None,
+            f"input {slot} must be a square matrix or a batch of them",
+            expected=f"{slot}.shape == (..., n, n)",
+            actual=f"{slot}.shape={shape}",
+        )
+
+
+def _infer_square(attrs, a):
+    _require_square(a)
+    return a.shape, _require_linalg_float(("A", a))
+
+
+def _t(a):
+    return a.swapaxes(-1, -2)
+
+
+def _mT(var):
+    """The Variable with its last two axes swapped (recorded: gradient makers use it)."""
+    from ops.shape import transpose
+
+    ndim = len(var.shape)
+    return apply(transpose, (var,), {"perm": (*range(ndim - 2), ndim - 1, ndim - 2)})
+
+
+def _as_matrices(var):
+    """The Variable reshaped to (..., 1, 1): one scalar per matrix of a batch."""
+    from ops.shape import reshape
+
+    return apply(reshape, (var,), {"shape": (*var.shape, 1, 1)})
+
+
+def _mul(x, y):
+    from ops.elementwise import elementwise_mul
+
+    return apply(elementwise_mul, (x, y), elementwise_mul.defaults)
+
+
+def _matmul(x, y, transpose_x=False, transpose_y=False):
+    from ops.matmul import matmul
+
+    return apply(matmul, (x, y), {"transpose_x": transpose_x, "transpose_y": transpose_y})
+
+
+def _neg(x):
+    from ops.unary import neg
+
+    return apply(neg, (x,), {})
+
+
+def _checked(what, solver, *arrays):
+    """``solver(*arrays)``, its LinAlgError raised again saying what is wrong with the input."""
+    try:
+        return solver(*arrays)
+    except np.linalg.LinAlgError as err:
+        raise np.linalg.LinAlgError(f"{what} (numpy: {err})") from None
+
+
+_SINGULAR = "input A is singular (not invertible; for a batch, at least one of its matrices)"
+
+
+# ---- inverse ------------------------------------------------------------------------------
+
+
+@register("inverse", inputs=("A",), infer=_infer_square, no_need_buffer=("A",))
+def inverse(xp, attrs, a):
+    """Out = A^{-1} for each matrix of A (..., n, n) (torch.linalg.inv).
+    dA = -Out^T dOut Out^T.  A singular A is an ExecutionError.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.inverse(tape.Variable(np.array([[2.0, 0.0], [0.0, 4.0]]))).numpy()
+    array([[0.5 , 0.  ],
+           [0.  , 0.25]])
+    """
+    return _checked(_SINGULAR, xp.linalg.inv, a)
+
+
+@inverse.gradient
+def _(g):
+    (out,), (gout,) = g.outputs, g.gouts
+    return (_neg(_matmul(out, _matmul(gout, out, transpose_y=True), transpose_x=True)),)
+
+
+# ---- det, its cofactor gradient, slogdet ----------------------------------------------------
+
+
+def _infer_det(attrs, a):
+    _require_square(a)
+    return a.shape[:-2], _require_linalg_float(("A", a))
+
+
+@register("det", inputs=("A",), infer=_infer_det)
+def det(xp, attrs, a):
+    """Out = det(A) for each matrix of A (..., n, n) (torch.linalg.det).
+
+    dA = dOut * cofactor(A), the cofactor matrix (det(A) A^{-T} where A is invertible),
+    computed from an SVD, so a singular A gets PyTorch's adjugate-based gradient too.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.det(tape.Variable(np.array([[1.0, 2.0], [3.0, 4.0]]))).numpy().round(12)
+    np.float64(-2.0)
+    """
+    return xp.linalg.det(a)
+
+
+@det.gradient
+def _(g):
+    (a,), (gout,) = g.inputs, g.gouts
+    return (_mul(_as_matrices(gout), apply(cofactor, (a,), {})),)
+
+
+@register("cofactor", inputs=("A",), infer=_infer_square)
+def cofactor(xp, attrs, a):
+    """Out = the cofactor matrix of each matrix of A (the transposed adjugate: d det(A) / dA,
+    det(A) A^{-T} where A is invertible), exact at singular matrices as well: from the SVD
+    A = U S V^T, cofactor(A) = det(U) det(V^T) U diag(prod_{j != i} s_j) V^T.
+
+    dA = tr(A^{-1} H) Out - Out (A^{-1} H)^T for H = dOut; it goes through inverse(A), so a
+    second derivative at a singular A is inverse's singular-matrix error (or, where rounding
+    hides the singularity, huge values).
+    """
+    n = a.shape[-1]
+    if n == 0 or a.size == 0:
+        return xp.zeros(a.shape, dtype=a.dtype)
+    u, s, vh = xp.linalg.svd(a)
+    ones = xp.ones(s.shape[:-1] + (1,), dtype=s.dtype)
+    before = xp.cumprod(xp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
+    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(s, -1)[..., :-1]], axis=-1), -1), -1)
+    signs = xp.linalg.det(u) * xp.linalg.det(vh)
+    return (u * (before * after)[..., None, :]) @ vh * signs[..., None, None]
+
+
+@cofactor.gradient
+def _(g):
+    (a,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    from ops.elementwise import elementwise_sub
+
+    solved = _matmul(apply(inverse, (a,), {}), gout)  # A^{-1} H
+    scaled = _mul(_as_matrices(apply(trace, (solved,), {})), out)
+    corrected = _matmul(out, solved, transpose_y=True)
+    return (apply(elementwise_sub, (scaled, corrected), elementwise_sub.defaults),)
+
+
+def _infer_slogdet(attrs, a):
+    shape, dtype = _infer_det(attrs, a)
+    return (shape, dtype), (shape, dtype)
+
+
+@register(
+    "slogdet",
+    inputs=("A",),
+    outputs=("Sign", "LogAbsDet"),
+    infer=_infer_slogdet,
+    no_need_buffer=("A",),
+    returns=lambda results: SlogDet(*results),
+)
+def slogdet(xp, attrs, a):
+    """(Sign, LogAbsDet) with det(A) = Sign * exp(LogAbsDet) for each matrix of A (..., n, n)
+    (torch.linalg.slogdet; a namedtuple ``(sign, logabsdet)``). A singular A gives (0, -inf).
+
+    dA = dLogAbsDet * A^{-T} (Sign is piecewise constant: no gradient); at a singular A that is
+    inverse's singular-matrix error.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.slogdet(tape.Variable(np.array([[0.0, 2.0], [3.0, 0.0]]))).sign.numpy()
+    array(-1.)
+    """
+    sign, logabsdet = xp.linalg.slogdet(a)
+    return sign, logabsdet
+
+
+@slogdet.gradient
+def _(g):
+    (a,), (_, glog) = g.inputs, g.gouts
+    if glog is None:
+        return (None,)
+    return (_mul(_as_matrices(glog), _mT(apply(inverse, (a,), {}))),)
+
+
+# ---- solve ----------------------------------------------------------------------------------
+
+
+def _vector_rhs(a_shape, b_shape):
+    """torch.linalg.solve's rule: B is a (batch of) vector(s) if 1-D or of shape A.shape[:-1]."""
+    return len(b_shape) == 1 or tuple(b_shape) == tuple(a_shape[:-1])
+
+
+def _infer_solve(attrs, a, b):
+    _require_square(a)
+    dtype = _require_linalg_float(("A", a), ("B", b))
+    n, vector = a.shape[-1], _vector_rhs(a.shape, b.shape)
+    rows = b.shape[-1] if vector else (b.shape[-2] if len(b.shape) >= 2 else None)
+    if rows != n:
+        raise ShapeError(
+            None,
+            "B must have as many rows as A has columns",
+            expected="B.shape == (..., n) or (..., n, k) for A.shape == (..., n, n)",
+            actual=f"A.shape={a.shape}, B.shape={b.shape}",
+        )
+    b_batch = b.shape[:-1] if vector else b.shape[:-2]
+    batch = broadcast_shapes(None, tuple(a.shape[:-2]), tuple(b_batch), "A", "B")
+    return batch + ((n,) if vector else (n, b.shape[-1])), dtype
+
+
+def _broadcast_batches(xp, dtype, a, b):
+    """A and B (a matrix right-hand side) cast to ``dtype`` with their batch axes broadcast."""
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = xp.broadcast_to(a.astype(dtype, copy=False), batch + a.shape[-2:])
+    return a, xp.broadcast_to(b.astype(dtype, copy=False), batch + b.shape[-2:])
+
+
+@register("solve", inputs=("A", "B"), infer=_infer_solve)
+def solve(xp, attrs, a, b):
+    """Out = X with A X = B (torch.linalg.solve): A (..., n, n), B (..., n, k), or a vector
+    right-hand side B (n,) or A.shape[:-1] (torch's rule); batch axes broadcast.
+
+    dB = solve(A^T, dOut) (summed over broadcast axes), dA = -dB X^T. A singular A is an
+    ExecutionError.
+
+    >>> import numpy as np, tape, ops
+    >>> a = tape.Variable(np.array([[2.0, 0.0], [0.0, 4.0]]))
+    >>> ops.solve(a, tape.Variable(np.array([1.0, 1.0]))).numpy()
+    array([0.5 , 0.25])
+    """
+    vector = _vector_rhs(a.shape, b.shape)
+    a, b = _broadcast_batches(
+        xp, np.result_type(a.dtype, b.dtype), a, b[..., None] if vector else b
+    )
+    out = _checked(_SINGULAR, xp.linalg.solve, a, b)
+    return out[..., 0].copy() if vector else out
+
+
+@solve.gradient
+def _(g):
+    (a, b), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    gb = apply(solve, (_mT(a), gout), {})
+    ga = None
+    if g.needs(0):
+        if _vector_rhs(a.shape, b.shape):
+            ga = _mul(_unsqueeze(gb, -1), _unsqueeze(out, -2))
+        else:
+            ga = _matmul(gb, out, transpose_y=True)
+        ga = _neg(sum_to(ga, tuple(a.shape)))
+    return ga, (sum_to(gb, tuple(b.shape)) if g.needs(1) else None)
+
+
+def _unsqueeze(var, axis):
+    from ops.shape import unsqueeze
+
+    return apply(unsqueeze, (var,), {"axes": (axis,)})
+
+
+# ---- cholesky -------------------------------------------------------------------------------
+
+
+@register(
+    "cholesky",
+    inputs=("A",),
+    attrs={"upper": Attr("bool", False)},
+    infer=_infer_square,
+    no_need_buffer=("A",),
+)
+def cholesky(xp, attrs, a):
+    """Out = L, lower triangular with A = L L^T, for each symmetric positive-definite matrix of
+    A (..., n, n) (torch.linalg.cholesky); ``upper``: Out = L^T, with A = Out^T Out.
+
+    The factor is that of (A + A^T) / 2, which is A for a symmetric A (bit for bit), so the
+    gradient is the symmetric one PyTorch gives: with P = tril(L^T dL),
+    dA = L^{-T} (P + tril(P, -1)^T) / 2 L^{-1} (two triangular solves). A matrix that is not
+    positive definite is an ExecutionError.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.cholesky(tape.Variable(np.array([[4.0, 2.0], [2.0, 2.0]]))).numpy()
+    array([[2., 0.],
+           [1., 1.]])
+    """
+    symmetric = (a + _t(a)) * 0.5
+    what = "input A is not positive definite (for a batch, at least one of its matrices)"
+    lower = _checked(what, xp.linalg.cholesky, symmetric)
+    return _t(lower).copy() if attrs["upper"] else lower
+
+
+@cholesky.gradient
+def _(g):
+    from ops.elementwise import elementwise_add
+    from ops.triangular import tril
+    from ops.unary import scale
+
+    (out,), (gout,) = g.outputs, g.gouts
+    upper = g.attrs["upper"]
+    lower, glower = (_mT(out), _mT(gout)) if upper else (out, gout)
+    product = _matmul(lower, glower, transpose_x=True)  # L^T dL
+    halves = apply(
+        elementwise_add,
+        (apply(tril, (product,), {"diagonal": 0}), _mT(apply(tril, (product,), {"diagonal": -1}))),
+        elementwise_add.defaults,
+    )
+    middle = apply(scale, (halves,), {**scale.defaults, "scale": 0.5})
+    defaults = solve_triangular.defaults
+    left = apply(solve_triangular, (_mT(lower), middle), {**defaults, "upper": True})
+    right = {**defaults, "upper": False, "left": False}
+    return (apply(solve_triangular, (lower, left), right),)
+
+
+# ---- solve_triangular -----------------------------------------------------------------------
+
+
+def _infer_solve_triangular(attrs, a, b):
+    _require_square(a)
+    dtype = _require_linalg_float(("A", a), ("B", b))
+    n, left = a.shape[-1], attrs["left"]
+    if len(b.shape) < 2 or b.shape[-2 if left else -1] != n:
+        side = "(..., n, k)" if left else "(..., k, n)"
+        raise ShapeError(
+            None,
+            f"B must be a matrix {side} matching A (left={left})",
+            expected=f"B.shape == {side} for A.shape == (..., n, n)",
+            actual=f"A.shape={a.shape}, B.shape={b.shape}",
+        )
+    batch = broadcast_shapes(None, tuple(a.shape[:-2]), tuple(b.shape[:-2]), "A", "B")
+    return batch + tuple(b.shape[-2:]), dtype
+
+
+_TRIANGULAR = {
+    "upper": Attr("bool", required=True),
+    "left": Attr("bool", True),
+    "unitriangular": Attr("bool", False),
+}
+
+
+def _triangle(xp, a, upper, unitriangular):
+    """A's upper or lower triangle; with a unit diagonal if ``unitriangular``."""
+    if not unitriangular:
+        return xp.triu(a) if upper else xp.tril(a)
+    strict = xp.triu(a, 1) if upper else xp.tril(a, -1)
+    return strict + xp.eye(a.shape[-1], dtype=a.dtype)
+
+
+@register("solve_triangular", inputs=("A", "B"), attrs=_TRIANGULAR, infer=_infer_solve_triangular)
+def solve_triangular(xp, attrs, a, b):
+    """Out = X with T X = B (``left``) or X T = B, for T the ``upper`` or lower triangle of A
+    (..., n, n), with ones on its diagonal if ``unitriangular``; A's other elements are not
+    read (torch.linalg.solve_triangular). B is (..., n, k) (left) or (..., k, n); batch axes
+    broadcast.
+
+    numpy has no triangular solver: this solves with xp.linalg.solve (an LU factorization) on
+    the masked triangle, O(n^3) where a substitution is O(n^2). A zero on T's diagonal is an
+    ExecutionError (PyTorch returns Inf or NaN instead).
+
+    dB = solve_triangular(A^T, dOut) with the opposite triangle (same side); dT = -dB X^T
+    (left) or -X^T dB, masked to the triangle read (without the diagonal if unitriangular).
+    """
+    upper, left = attrs["upper"], attrs["left"]
+    dtype = np.result_type(a.dtype, b.dtype)
+    triangle = _triangle(xp, a.astype(dtype, copy=False), upper, attrs["unitriangular"])
+    if not left:  # X T = B is T^T X^T = B^T
+        triangle, b = _t(triangle), _t(b)
+    triangle, b = _broadcast_batches(xp, dtype, triangle, b)
+    out = _checked(_SINGULAR.replace("A is", "A's triangle is"), xp.linalg.solve, triangle, b)
+    return out if left else _t(out).copy()
+
+
+@solve_triangular.gradient
+def _(g):
+    from ops.triangular import tril, triu
+
+    (a, b), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    upper, left, unit = g.attrs["upper"], g.attrs["left"], g.attrs["unitriangular"]
+    gb = apply(solve_triangular, (_mT(a), gout), {**g.attrs, "upper": not upper})
+    ga = None
+    if g.needs(0):
+        ga = _matmul(gb, out, transpose_y=True) if left else _matmul(out, gb, transpose_x=True)
+        mask = triu if upper else tril
+        offset = (1 if upper else -1) if unit else 0
+        ga = _neg(apply(mask, (sum_to(ga, tuple(a.shape)),), {"diagonal": offset}))
+    return ga, (sum_to(gb, tuple(b.shape)) if g.needs(1) else None)
+
+
+# ---- trace ----------------------------------------------------------------------------------
+
+
+def _infer_trace(attrs, x):
+    if len(x.shape) < 2:
+        raise ShapeError(
+            None,
+            "input X must be a matrix or a batch of them",
+            expected="X.shape == (..., m, n)",
+            actual=f"X.shape={x.shape}",
+        )
+    if x.dtype.kind not in "iuf":
+        raise DTypeError(
+            None,
+            "input X must be numeric",
+            expected="an integer or float dtype",
+            actual=str(x.dtype),
+        )
+    return x.shape[:-2], accumulated_dtype(x.dtype)
+
+
+@register("trace", inputs=("X",), infer=_infer_trace, no_need_buffer=("X",))
+def trace(xp, attrs, x):
+    """Out = the sum of the main diagonal of each matrix of X (..., m, n) (torch.trace, batched
+    over leading axes; integers accumulate in 64 bits as in a sum).  dX = dOut * I.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.trace(tape.Variable(np.arange(9.0).reshape(3, 3))).numpy()
+    array(12.)
+    """
+    return xp.trace(x, axis1=-2, axis2=-1, dtype=accumulated_dtype(x.dtype))
+
+
+@trace.gradient
+def _(g):
+    from ops.shape import broadcast_to
+    from ops.triangular import diagonal_grad
+
+    (x,), (gout,) = g.inputs, g.gouts
+    length = min(x.shape[-2:])
+    diagonal = apply(broadcast_to, (_unsqueeze(gout, -1),), {"shape": (*gout.shape, length)})
+    return (apply(diagonal_grad, (x, diagonal), {"offset": 0, "axis1": -2, "axis2": -1}),)
