@@ -1,4 +1,5 @@
-"""ONNX forms of the products, reductions and creation ops (part of ``tape.onnx_ops``)."""
+"""ONNX forms of the products, linear algebra (Det, trace), reductions and creation ops (part of
+``tape.onnx_ops``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import numpy as np
 
 from tape.onnx_ops import (
+    NOT_EXPORTABLE,
     _as_bool,
     _type_code,
     onnx,
@@ -56,6 +58,22 @@ def _(g):  # X flattened to 2-D at x_num_col_dims, Y at y_num_col_dims, multipli
         g.node("Identity", [product], g.y())
         return
     g.node("Reshape", [product, g.target_shape(shape, g.op.inputs["X"][0])], g.y())
+
+
+# ---- linear algebra (ops/linalg.py) -----------------------------------------------------------
+
+
+@onnx("det")
+def _(g):
+    g.node("Det", [out_input(g, "A")], g.y())
+
+
+@onnx("trace")
+def _(g):  # the matrices times an identity (m, n), summed over the last two axes
+    rows, columns = g.shape(g.op.inputs["X"][0])[-2:]
+    identity = g.const(np.eye(rows, columns, dtype=g.dtype(g.y())))
+    diagonal = g.node("Mul", [out_input(g, "X"), identity])
+    g.node("ReduceSum", [diagonal, g.const([-2, -1])], g.y(), keepdims=0)
 
 
 # ---- reductions -------------------------------------------------------------------------------
@@ -292,3 +310,17 @@ def _(g):
 @onnx("full_like")
 def _(g):
     _filled(g, g.attrs["value"], g.dtype(g.y()))
+
+
+_NO_SOLVER = "ONNX has no matrix inverse or linear solver (only Det)"
+NOT_EXPORTABLE.update(
+    {
+        "inverse": _NO_SOLVER,
+        "solve": _NO_SOLVER,
+        "solve_triangular": _NO_SOLVER,
+        "cholesky": "ONNX has no matrix factorization (Cholesky, LU or SVD)",
+        "cofactor": "ONNX has no SVD or inverse to build the cofactor matrix from",
+        "slogdet": "ONNX has Det but no log-determinant; log|Det| overflows where slogdet is "
+        "used instead",
+    }
+)
