@@ -41,3 +41,8 @@ __all__ += [
     "invert",
     "swish",
 ]
+
+# Linear algebra: torch.linalg.inv is the inverse op (torch.inverse's name).
+inv = REGISTRY["inverse"]
+
+__all__ += ["inv"]
