@@ -1,6 +1,6 @@
-"""Similarity and distance ops with PyTorch's formulas: cosine_similarity and
-pairwise_distance, each one kernel with a gradient composed from registered ops (differentiable
-again). Inputs broadcast against each other; the output dtype is numpy's promotion of theirs.
+"""Similarity and distance ops with PyTorch's formulas: cosine_similarity, pairwise_distance
+and cdist, each one kernel with a gradient composed from registered ops (differentiable again).
+Inputs broadcast against each other; the output dtype is numpy's promotion of theirs.
 """
 
 from __future__ import annotations
@@ -162,9 +162,14 @@ def pairwise_distance(xp, attrs, x1, x2):
     >>> ops.pairwise_distance(tape.Variable(np.array([[3.0, 4.0]])), np.zeros(2), eps=0.0).numpy()
     array([5.])
     """
-    p, keep = attrs["p"], attrs["keepdim"]
     diff = x1 - x2
     diff += attrs["eps"]
+    return _p_norm(xp, diff, attrs["p"], attrs["keepdim"])
+
+
+def _p_norm(xp, diff, p, keep):
+    """The p-norm of ``diff`` along its last axis (p = inf: the max, p = 0: the non-zero count;
+    0 over an empty axis)."""
     size = xp.abs(diff)
     if diff.shape[-1] == 0:
         out = size.sum(axis=-1, keepdims=keep)
@@ -220,4 +225,102 @@ def _(g):
         gdiff = _mul(gout, _div(_mul(sign, power), scale))
     g1 = _to(gdiff, x1) if g.needs(0) else None
     g2 = _to(_neg(gdiff), x2) if g.needs(1) else None
+    return g1, g2
+
+
+# ---- cdist -----------------------------------------------------------------------------------
+
+
+def _infer_cdist(attrs, x1, x2):
+    require_float(None, x1, "X1")
+    require_float(None, x2, "X2")
+    shapes = f"X1.shape={x1.shape}, X2.shape={x2.shape}"
+    if len(x1.shape) < 2 or len(x2.shape) < 2:
+        raise ShapeError(
+            None,
+            "cdist needs inputs with at least two axes",
+            expected="X1 of shape (..., P, M) and X2 of shape (..., R, M)",
+            actual=shapes,
+        )
+    if x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(
+            None,
+            "X1 and X2 must have the same number of columns",
+            expected="X1.shape[-1] == X2.shape[-1]",
+            actual=f"{x1.shape[-1]} != {x2.shape[-1]} ({shapes})",
+        )
+    try:
+        batch = broadcast_shapes(None, tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
+    except ShapeError:
+        raise ShapeError(
+            None,
+            "the batch dimensions of X1 and X2 cannot be broadcast together",
+            expected="X1.shape[:-2] and X2.shape[:-2] equal, or 1, aligned from the right",
+            actual=shapes,
+        ) from None
+    return batch + (x1.shape[-2], x2.shape[-2]), result_dtype(x1, x2)
+
+
+@register(
+    "cdist",
+    inputs=("X1", "X2"),
+    attrs={
+        "p": Attr("float", 2.0, check=lambda v: v >= 0, rule=">= 0 (math.inf for the max norm)"),
+    },
+    infer=_infer_cdist,
+)
+def cdist(xp, attrs, x1, x2):
+    """Out[..., i, j] = ||X1[..., i, :] - X2[..., j, :]||_p for X1 of shape (..., P, M) and X2
+    of shape (..., R, M), the batch dimensions broadcast: Out has shape (..., P, R)
+    (torch.cdist, computed from the differences, as its exact mode). p = inf is the largest
+    |entry|, p = 0 counts the non-zero entries.
+
+    With D = X1[..., i, :] - X2[..., j, :], s = sign(D) and G = dOut[..., i, j], each pair adds
+    dX1[..., i, :] += E and dX2[..., j, :] -= E with E = G * s * |D|**(p-1) / Out**(p-1)
+    (p = 2: G * D / Out; p = 1: G * s); E = 0 where Out = 0, and where D = 0 for p < 1 (as
+    PyTorch); p = inf: G * s on every entry where |D| is the maximum (ties each get it all, as
+    PyTorch); p = 0: no gradient.
+
+    >>> import numpy as np, tape, ops
+    >>> a, b = np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[3.0, 4.0]])
+    >>> ops.cdist(tape.Variable(a), b).numpy().round(4)
+    array([[5.    ],
+           [4.2426]])
+    """
+    x1, x2 = promote(x1, x2)
+    diff = x1[..., :, None, :] - x2[..., None, :, :]
+    return _p_norm(xp, diff, attrs["p"], False)
+
+
+def _magnitude_power(diff, sign, exponent):
+    """sign * |D|**exponent, 0 where D = 0 (|D| is replaced by 1 there, where sign is 0)."""
+    size = _mul(diff, sign)
+    zero = _op("equal", size, constant(0.0, size))
+    safe = apply(REGISTRY["where"], (zero, constant(1.0, size), size), NO_ATTRS)
+    return _mul(sign, _op("elementwise_pow", safe, constant(exponent, safe)))
+
+
+@cdist.gradient
+def _(g):
+    (x1, x2), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    p = g.attrs["p"]
+    if p == 0:
+        return None, None
+    rows, cols = len(x1.shape) - 1, len(x2.shape) - 2
+    diff = _sub(_op("unsqueeze", x1, axes=[rows]), _op("unsqueeze", x2, axes=[cols]))
+    last = len(diff.shape) - 1
+    out, gout = _keep(out, last), _keep(gout, last)
+    if p == 2:
+        gdiff = _mul(gout, _div(diff, _nonzero(out)))
+    elif p == 1:
+        gdiff = _mul(gout, _sign(diff))
+    elif p == math.inf:
+        sign = _sign(diff)
+        peak = _op("cast", _op("equal", _mul(diff, sign), out), out_dtype=diff.dtype.name)
+        gdiff = _mul(gout, _mul(sign, peak))
+    else:
+        scale = _op("elementwise_pow", _nonzero(out), constant(p - 1.0, out))
+        gdiff = _mul(gout, _div(_magnitude_power(diff, _sign(diff), p - 1.0), scale))
+    g1 = _to(_op("reduce_sum", gdiff, axis=[last - 1]), x1) if g.needs(0) else None
+    g2 = _to(_neg(_op("reduce_sum", gdiff, axis=[last - 2])), x2) if g.needs(1) else None
     return g1, g2

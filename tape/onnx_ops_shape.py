@@ -418,6 +418,8 @@ NOT_EXPORTABLE.update(
         "index": "numpy advanced indexing (slices, None, ellipsis and integer arrays mixed) is "
         "not mapped yet; slice, gather and take_along_dim cover the common cases",
         "index_put": "indexed assignment with numpy's mixed index kinds is not mapped yet",
+        "cdist": "ONNX has no all-pairs distance; the pairwise difference and p-norm are not "
+        "composed yet",
     }
 )
 
