@@ -142,7 +142,9 @@ def det(xp, attrs, a):
     """Out = det(A) for each matrix of A (..., n, n) (torch.linalg.det).
 
     dA = dOut * cofactor(A), the cofactor matrix (det(A) A^{-T} where A is invertible),
-    computed from an SVD, so a singular A gets PyTorch's adjugate-based gradient too.
+    computed from an SVD: exact at a singular A too, where it equals PyTorch's gradient under
+    ``create_graph=True`` (its SVD path); PyTorch's first-order backward gives
+    dOut * det(A) * A^{-T} from a perturbed LU there instead, zeros where det(A) is exactly 0.
 
     >>> import numpy as np, tape, ops
     >>> ops.det(tape.Variable(np.array([[1.0, 2.0], [3.0, 4.0]]))).numpy().round(12)
@@ -199,7 +201,6 @@ def _infer_slogdet(attrs, a):
     inputs=("A",),
     outputs=("Sign", "LogAbsDet"),
     infer=_infer_slogdet,
-    no_need_buffer=("A",),
     returns=lambda results: SlogDet(*results),
 )
 def slogdet(xp, attrs, a):
