@@ -285,7 +285,7 @@ def cdist(xp, attrs, x1, x2):
     >>> a, b = np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[3.0, 4.0]])
     >>> ops.cdist(tape.Variable(a), b).numpy().round(4)
     array([[5.    ],
-           [4.2426]])
+           [3.6056]])
     """
     x1, x2 = promote(x1, x2)
     diff = x1[..., :, None, :] - x2[..., None, :, :]

@@ -1,4 +1,5 @@
-"""Order statistics along an axis: sort, argsort, topk, kthvalue and median.
+"""Order statistics along an axis: sort, argsort, topk, kthvalue and median; and searching a
+sorted sequence: searchsorted and bucketize.
 
 Sorting is always stable (a stable sort is one valid answer to an unstable request), NaN sorts
 above every number as in PyTorch, and a descending sort keeps equal elements in index order (as
@@ -15,7 +16,8 @@ import numpy as np
 from ops.along import scatter_back
 from ops.infer import normalize_axis
 from ops.registry import Attr, register
-from tape.errors import AttrError, ShapeError
+from ops.xp import promote
+from tape.errors import AttrError, DTypeError, ShapeError
 from tape.tape import apply
 
 Sort = namedtuple("Sort", ["values", "indices"])
@@ -285,3 +287,144 @@ def _(g):
     flat = apply(reshape, (x,), {"shape": (-1,)})
     picked = [apply(reshape, (v,), {"shape": (1,)}) for v in (indices, gout)]
     return (apply(reshape, (scatter_back(flat, *picked, 0),), {"shape": x.shape}),)
+
+
+# ---- searchsorted and bucketize ---------------------------------------------------------------
+
+
+def _require_real(var, slot):
+    if var.dtype.kind not in "iuf":
+        raise DTypeError(
+            None,
+            f"input {slot} must hold real numbers",
+            expected="an integer or floating-point dtype",
+            actual=str(var.dtype),
+        )
+
+
+def _index_dtype(attrs):
+    return np.dtype(np.int32) if attrs["out_int32"] else _INT64
+
+
+def _side(attrs):
+    """'left' or 'right' from torch's ``right`` and ``side`` (which must not disagree)."""
+    side = attrs["side"]
+    if side is not None and attrs["right"] and side == "left":
+        raise AttrError(
+            None,
+            "attributes 'side' and 'right' disagree",
+            expected="side='right' with right=True, or either alone",
+            actual=f"side={side!r}, right=True",
+        )
+    return side or ("right" if attrs["right"] else "left")
+
+
+def _infer_searchsorted(attrs, sequence, x):
+    _require_real(sequence, "SortedSequence")
+    _require_real(x, "X")
+    _side(attrs)
+    shapes = f"SortedSequence.shape={sequence.shape}, X.shape={x.shape}"
+    if not sequence.shape:
+        raise ShapeError(
+            None,
+            "the sorted sequence needs at least one axis",
+            expected="SortedSequence of shape (N,) or (..., N)",
+            actual=shapes,
+        )
+    if len(sequence.shape) > 1 and (
+        len(x.shape) != len(sequence.shape) or x.shape[:-1] != sequence.shape[:-1]
+    ):
+        raise ShapeError(
+            None,
+            "a batched sorted sequence needs X with the same leading dimensions",
+            expected="SortedSequence 1-D, or X.shape[:-1] == SortedSequence.shape[:-1]",
+            actual=shapes,
+        )
+    return x.shape, _index_dtype(attrs)
+
+
+_SEARCH_ATTRS = {
+    "right": Attr("bool", False),
+    "side": Attr("str", None, choices=("left", "right")),
+    "out_int32": Attr("bool", False),
+}
+
+
+@register(
+    "searchsorted",
+    inputs=("SortedSequence", "X"),
+    attrs=_SEARCH_ATTRS,
+    infer=_infer_searchsorted,
+    differentiable=False,
+)
+def searchsorted(xp, attrs, sequence, x):
+    """Out = for each entry v of X, the index where v would be inserted into the sorted last axis
+    of SortedSequence to keep it sorted: the first index i with v <= S[i] (``side='left'``, the
+    default), or with v < S[i] (``right=True`` or ``side='right'``), as torch.searchsorted.
+    SortedSequence is 1-D (X any shape) or (..., N) with X of shape (..., M), each row of X
+    searched in its own row. Out is int64 (int32 with ``out_int32``); not differentiable.
+    Compared in numpy's promotion of both dtypes; NaN in X sorts after every number (a sequence
+    holding NaN has no defined answer, as in PyTorch).
+
+    >>> import numpy as np, tape, ops
+    >>> s = tape.Variable(np.array([1.0, 2.0, 2.0, 3.0]))
+    >>> ops.searchsorted(s, np.array([2.0, 0.0, 5.0])).numpy()
+    array([1, 0, 4])
+    >>> ops.searchsorted(s, np.array([2.0, 0.0, 5.0]), right=True).numpy()
+    array([3, 0, 4])
+    """
+    return search_sorted(xp, sequence, x, _side(attrs)).astype(_index_dtype(attrs), copy=False)
+
+
+def search_sorted(xp, sequence, x, side):
+    """The insertion points of X in SortedSequence's rows (see ``searchsorted``)."""
+    sequence, x = promote(sequence, x)
+    if sequence.ndim == 1:  # (through 1-D values, so a 0-d X gives a 0-d array, not a scalar)
+        return xp.searchsorted(sequence, x.reshape(-1), side=side).reshape(x.shape)
+    # Each row at once: a stable sort of the row's values merged with its sequence entries, the
+    # values first for side='left' (so each sorts before the entries equal to it) and last for
+    # 'right'; a value's answer is the count of sequence entries sorted before it.
+    count, extent = x.shape[-1], sequence.shape[-1]
+    merged = [x, sequence] if side == "left" else [sequence, x]
+    order = xp.argsort(xp.concatenate(merged, axis=-1), axis=-1, kind="stable")
+    from_sequence = order >= count if side == "left" else order < extent
+    entries_before = xp.cumsum(from_sequence, axis=-1)
+    place = xp.argsort(order, axis=-1)  # the inverse permutation: where each merged entry went
+    values = place[..., :count] if side == "left" else place[..., extent:]
+    return xp.take_along_axis(entries_before, values, axis=-1)
+
+
+def _infer_bucketize(attrs, x, boundaries):
+    _require_real(x, "X")
+    _require_real(boundaries, "Boundaries")
+    if len(boundaries.shape) != 1:
+        raise ShapeError(
+            None,
+            "the boundaries must be one-dimensional",
+            expected="Boundaries of shape (N,)",
+            actual=f"Boundaries.shape={boundaries.shape}, X.shape={x.shape}",
+        )
+    return x.shape, _index_dtype(attrs)
+
+
+@register(
+    "bucketize",
+    inputs=("X", "Boundaries"),
+    attrs={"right": Attr("bool", False), "out_int32": Attr("bool", False)},
+    infer=_infer_bucketize,
+    differentiable=False,
+)
+def bucketize(xp, attrs, x, boundaries):
+    """Out = for each entry v of X, the index i of its bucket among the sorted 1-D Boundaries B:
+    B[i-1] < v <= B[i] (the default), or B[i-1] <= v < B[i] with ``right=True``; 0 below the
+    first boundary and len(B) above the last (torch.bucketize: searchsorted(B, X) with the same
+    ``right``). Out is int64 (int32 with ``out_int32``); not differentiable.
+
+    >>> import numpy as np, tape, ops
+    >>> b = np.array([1.0, 3.0, 5.0])
+    >>> ops.bucketize(tape.Variable(np.array([[3.0, 6.0], [0.5, 4.0]])), b).numpy()
+    array([[1, 3],
+           [0, 2]])
+    """
+    side = "right" if attrs["right"] else "left"
+    return search_sorted(xp, boundaries, x, side).astype(_index_dtype(attrs), copy=False)

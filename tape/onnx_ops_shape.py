@@ -420,6 +420,9 @@ NOT_EXPORTABLE.update(
         "index_put": "indexed assignment with numpy's mixed index kinds is not mapped yet",
         "cdist": "ONNX has no all-pairs distance; the pairwise difference and p-norm are not "
         "composed yet",
+        "searchsorted": "ONNX has no binary search over a sorted sequence (nor a stable sort "
+        "to merge one with)",
+        "bucketize": "ONNX has no binary search over sorted boundaries; bucketize is searchsorted",
     }
 )
 

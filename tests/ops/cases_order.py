@@ -1,5 +1,6 @@
-"""Cases for the order statistics (ops/order.py: sort, argsort, topk, kthvalue, median) and the
-picking ops they differentiate through (ops/along.py), with PyTorch as the reference.
+"""Cases for the order statistics (ops/order.py: sort, argsort, topk, kthvalue, median), the
+picking ops they differentiate through (ops/along.py), and searchsorted and bucketize, with
+PyTorch as the reference.
 
 Inputs with gradients have distinct values (ties make sorted values kinked); ties and NaN get
 forward-only cases where PyTorch's choice of index is deterministic (stable sort, median).
@@ -213,4 +214,59 @@ MEDIAN = [
     OpCase("median", {"X": _NAN}, {}, reference=_MEDIAN, grad=False, name="nan_all"),
 ]
 
-CASES = PICK + SORT + TOPK + KTHVALUE + MEDIAN
+
+def _sorted(shape):
+    """Standard-normal values sorted along the last axis."""
+    return lambda rng, dtype: np.sort(rng.standard_normal(shape), axis=-1).astype(dtype)
+
+
+# Sequences with repeated entries and values hitting them exactly (the sides differ there), and
+# values beyond both ends.
+_REPEATS = np.array([-1.0, 0.0, 0.0, 2.0, 2.0, 2.0, 5.0])
+_ON_REPEATS = np.array([[0.0, 2.0, -1.0, 5.0], [-3.0, 1.0, 7.0, 2.0]])
+_ROWS = np.array([[[0.0, 0.0, 1.0], [-2.0, 3.0, 3.0]], [[1.0, 1.0, 1.0], [-5.0, -4.0, 0.0]]])
+_ON_ROWS = np.array([[[0.0, 1.0], [3.0, -2.0]], [[1.0, 0.0], [0.0, -4.5]]])
+_EDGES = np.array([[-np.inf, np.inf, np.nan, 0.0, 2.0]])
+
+_SEARCHSORTED = torch_reference(lambda s, x, **attrs: torch.searchsorted(s, x, **attrs))
+_BUCKETIZE = torch_reference(lambda x, b, **attrs: torch.bucketize(x, b, **attrs))
+
+
+def _search_cases(op, ref, inputs):
+    """The same configurations for both ops; ``inputs(sequence, values)`` names the slots."""
+    configurations = [
+        ("", _sorted((6,)), (3, 4), {}),
+        ("right", _sorted((6,)), (3, 4), {"right": True}),
+        ("repeats", _REPEATS, _ON_REPEATS, {}),
+        ("repeats_right", _REPEATS, _ON_REPEATS, {"right": True}),
+        ("edges", _REPEATS, _EDGES, {}),
+        ("edges_right", _REPEATS, _EDGES, {"right": True}),
+        ("0d_values", _sorted((5,)), (), {}),
+        ("size1", _sorted((1,)), (1, 1), {}),
+        ("empty_sequence", np.zeros(0), (2, 3), {}),
+        ("no_values", _sorted((4,)), (2, 0), {}),
+        ("out_int32", _REPEATS, _ON_REPEATS, {"out_int32": True}),
+        ("int", _REPEATS.astype(np.int64), _ON_REPEATS.astype(np.int32), {"right": True}),
+        ("int_sequence_float_values", _REPEATS.astype(np.int32), _ON_REPEATS, {}),
+    ]
+    if op == "searchsorted":
+        configurations += [
+            ("side_right", _REPEATS, _ON_REPEATS, {"side": "right"}),
+            ("rows", _ROWS, _ON_ROWS, {}),
+            ("rows_right", _ROWS, _ON_ROWS, {"right": True}),
+            ("rows_random", _sorted((2, 3, 5)), (2, 3, 4), {}),
+            ("rows_empty_sequence", np.zeros((3, 0)), (3, 2), {}),
+            ("rows_no_values", _sorted((2, 4)), (2, 0), {"right": True}),
+            ("rows_size1", _sorted((1, 1)), (1, 1), {}),
+        ]
+    return [
+        OpCase(op, inputs(sequence, values), attrs, reference=ref, grad=False, name=name)
+        for name, sequence, values, attrs in configurations
+    ]
+
+
+SEARCH = _search_cases(
+    "searchsorted", _SEARCHSORTED, lambda s, x: {"SortedSequence": s, "X": x}
+) + _search_cases("bucketize", _BUCKETIZE, lambda s, x: {"X": x, "Boundaries": s})
+
+CASES = PICK + SORT + TOPK + KTHVALUE + MEDIAN + SEARCH
