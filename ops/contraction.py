@@ -1,5 +1,6 @@
-"""einsum: Einstein summation over any number of operands, with PyTorch's equation rules, and
-a gradient that is einsum again.
+"""Products that contract or combine axes: einsum (Einstein summation over any number of
+operands, with PyTorch's equation rules, and a gradient that is einsum again), kron (the
+Kronecker product) and cross (the 3-vector cross product), whose gradients are their own ops.
 
 Equations follow torch.einsum: letters a-z and A-Z label axes, ``...`` stands for broadcast
 leading axes, a label repeated within an operand takes a diagonal, labels absent from the output
@@ -18,9 +19,11 @@ import string
 
 import numpy as np
 
-from ops.infer import result_dtype
+from ops.compose import mul
+from ops.infer import broadcast_shapes, normalize_axis, result_dtype
 from ops.registry import Attr, register
-from tape.errors import AttrError, ShapeError
+from ops.xp import promote
+from tape.errors import AttrError, DTypeError, ShapeError
 from tape.tape import apply
 
 _LETTERS = string.ascii_letters
@@ -242,3 +245,148 @@ def _operand_grad(xs, k, gout, equation):
     if grad.dtype != xs[k].dtype:
         grad = apply(cast, (grad,), {"out_dtype": xs[k].dtype.name})
     return grad
+
+
+# ---- kron and cross ---------------------------------------------------------------------------
+
+
+def _require_numbers(var, slot):
+    if var.dtype.kind not in "iuf":
+        raise DTypeError(
+            None,
+            f"input {slot} must hold real numbers",
+            expected="an integer or floating-point dtype",
+            actual=str(var.dtype),
+        )
+
+
+def _to_input(grad, var):
+    """A gradient reduced over the axes broadcasting added and cast to its input's dtype."""
+    from ops.reduce import sum_to
+    from ops.unary import cast
+
+    grad = sum_to(grad, var.shape)
+    if grad.dtype != var.dtype:
+        grad = apply(cast, (grad,), {"out_dtype": var.dtype.name})
+    return grad
+
+
+def _kron_shapes(x_shape, y_shape):
+    """Both shapes with leading 1s to a common rank (as torch.kron)."""
+    ndim = max(len(x_shape), len(y_shape))
+    return tuple((1,) * (ndim - len(s)) + tuple(s) for s in (x_shape, y_shape))
+
+
+def _infer_kron(attrs, x, y):
+    _require_numbers(x, "X")
+    _require_numbers(y, "Y")
+    xs, ys = _kron_shapes(x.shape, y.shape)
+    return tuple(a * b for a, b in zip(xs, ys)), result_dtype(x, y)
+
+
+@register("kron", inputs=("X", "Y"), infer=_infer_kron)
+def kron(xp, attrs, x, y):
+    """Out = the Kronecker product of X and Y (torch.kron): with both shapes padded with leading
+    1s to one rank, Out[i0*m0 + j0, i1*m1 + j1, ...] = X[i0, i1, ...] * Y[j0, j1, ...] for Y of
+    shape (m0, m1, ...); Out's extents are the products of theirs.
+
+    With dOut viewed as G[i0, j0, i1, j1, ...]: dX[i] = sum_j G[i, j] Y[j] and
+    dY[j] = sum_i G[i, j] X[i].
+
+    >>> import numpy as np, tape, ops
+    >>> ops.kron(tape.Variable(np.array([1.0, 10.0])), np.array([[1.0, 2.0]])).numpy()
+    array([[ 1.,  2., 10., 20.]])
+    """
+    x, y = promote(x, y)
+    xs, ys = _kron_shapes(x.shape, y.shape)
+    ones = (1,) * len(xs)
+    blocks = x.reshape(_interleave(xs, ones)) * y.reshape(_interleave(ones, ys))
+    return blocks.reshape(tuple(a * b for a, b in zip(xs, ys)))
+
+
+def _interleave(first, second):
+    return tuple(n for pair in zip(first, second) for n in pair)
+
+
+@kron.gradient
+def _(g):
+    from ops.reduce import reduce_sum
+    from ops.shape import reshape
+
+    (x, y), (gout,) = g.inputs, g.gouts
+    xs, ys = _kron_shapes(x.shape, y.shape)
+    ones = (1,) * len(xs)
+    blocks = apply(reshape, (gout,), {"shape": _interleave(xs, ys)})
+
+    def part(var, other, other_shape, axes):
+        """The sum over the other operand's axes of the blocks times it, as ``var``."""
+        product = mul(blocks, apply(reshape, (other,), {"shape": other_shape}))
+        if axes:
+            product = apply(reduce_sum, (product,), {"axis": axes, "keepdim": False})
+        return _to_input(apply(reshape, (product,), {"shape": var.shape}), var)
+
+    evens, odds = tuple(range(0, 2 * len(xs), 2)), tuple(range(1, 2 * len(xs), 2))
+    gx = part(x, y, _interleave(ones, ys), odds) if g.needs(0) else None
+    gy = part(y, x, _interleave(xs, ones), evens) if g.needs(1) else None
+    return gx, gy
+
+
+def _infer_cross(attrs, x, y):
+    _require_numbers(x, "X")
+    _require_numbers(y, "Y")
+    shape = broadcast_shapes(None, tuple(x.shape), tuple(y.shape), "X", "Y")
+    if not shape:
+        raise ShapeError(
+            None,
+            "cross needs inputs with at least one axis",
+            expected="X and Y with extent 3 along axis",
+            actual=f"X.shape={x.shape}, Y.shape={y.shape}",
+        )
+    axis = normalize_axis(None, attrs["axis"], len(shape))
+    extents = [_extent_at(v.shape, axis, len(shape)) for v in (x, y)]
+    if extents != [3, 3]:
+        raise ShapeError(
+            None,
+            f"inputs X and Y must have extent 3 along axis {attrs['axis']}",
+            expected="X.shape[axis] == Y.shape[axis] == 3 (axis of the broadcast shape)",
+            actual=f"{extents[0]} and {extents[1]} (X.shape={x.shape}, Y.shape={y.shape})",
+        )
+    return shape, result_dtype(x, y)
+
+
+def _extent_at(shape, axis, ndim):
+    """The extent of ``shape`` at the broadcast shape's ``axis`` (1 where it has no such axis)."""
+    own = axis - (ndim - len(shape))
+    return shape[own] if own >= 0 else 1
+
+
+@register("cross", inputs=("X", "Y"), attrs={"axis": Attr("int", -1)}, infer=_infer_cross)
+def cross(xp, attrs, x, y):
+    """Out = X x Y, the cross product of the 3-vectors along ``axis`` (torch.linalg.cross; axis
+    is its ``dim``, counted in the broadcast shape), the other axes broadcast as numpy's:
+    Out = (X1 Y2 - X2 Y1, X2 Y0 - X0 Y2, X0 Y1 - X1 Y0).
+
+    dX = cross(Y, dOut), dY = cross(dOut, X) (each reduced to its input's shape).
+
+    >>> import numpy as np, tape, ops
+    >>> ops.cross(tape.Variable(np.array([1.0, 0.0, 0.0])), np.array([0.0, 1.0, 0.0])).numpy()
+    array([0., 0., 1.])
+    """
+    x, y = promote(x, y)
+    ndim = max(x.ndim, y.ndim)
+    axis = normalize_axis(None, attrs["axis"], ndim)
+    # Each input's axis moved last: the others keep their order, so they still broadcast.
+    a = xp.moveaxis(x, axis - (ndim - x.ndim), -1)
+    b = xp.moveaxis(y, axis - (ndim - y.ndim), -1)
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2]
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    out = xp.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], axis=-1)
+    return xp.moveaxis(out, -1, axis)
+
+
+@cross.gradient
+def _(g):
+    (x, y), (gout,) = g.inputs, g.gouts
+    gx = _to_input(apply(cross, (y, gout), g.attrs), x) if g.needs(0) else None
+    gy = _to_input(apply(cross, (gout, x), g.attrs), y) if g.needs(1) else None
+    return gx, gy

@@ -423,6 +423,10 @@ NOT_EXPORTABLE.update(
         "searchsorted": "ONNX has no binary search over a sorted sequence (nor a stable sort "
         "to merge one with)",
         "bucketize": "ONNX has no binary search over sorted boundaries; bucketize is searchsorted",
+        "kron": "ONNX has no Kronecker product; the interleaving reshape of an outer product "
+        "is not composed yet",
+        "cross": "ONNX has no cross product; its three products of gathered components are not "
+        "composed yet",
     }
 )
 

@@ -1,6 +1,7 @@
 """Cases for einsum, against torch.einsum: products, traces and diagonals, sums within one
 operand, '...' broadcasting, extent-1 broadcasting, implicit outputs, several operands, and the
-repeated output labels its gradients use (placed on a diagonal of zeros)."""
+repeated output labels its gradients use (placed on a diagonal of zeros); and for kron and cross
+(ops/contraction.py), against torch.kron and torch.linalg.cross."""
 
 import numpy as np
 import torch
@@ -71,3 +72,81 @@ CASES = [
         name="int",
     ),
 ]
+
+
+def _torch_kron(x, y):
+    return torch.kron(torch.from_numpy(np.array(x)), torch.from_numpy(np.array(y))).numpy()
+
+
+def _torch_cross(x, y, axis=-1):
+    """torch.linalg.cross on both inputs padded with leading 1s to one rank (it wants equal
+    ranks; the axis counts in the broadcast shape either way)."""
+    ndim = max(x.ndim, y.ndim)
+    x, y = (torch.from_numpy(np.array(a).reshape((1,) * (ndim - a.ndim) + a.shape)) for a in (x, y))
+    return torch.linalg.cross(x, y, dim=axis).numpy()
+
+
+def _ints(shape, seed):
+    return lambda rng, dtype: np.random.default_rng(seed).integers(-4, 5, shape)
+
+
+_KRONS = [
+    ("", (2, 3), (4,)),
+    ("matrices", (2, 3), (3, 2)),
+    ("scalar", (), (3,)),
+    ("scalars", (), ()),
+    ("ranks_differ", (2,), (3, 2, 1)),
+    ("size1", (1, 2, 1), (3, 1, 2)),
+    ("size0", (2, 0), (3, 2)),
+]
+
+_CROSSES = [
+    ("", (4, 3), (4, 3), {}),
+    ("axis0", (3, 4, 1), (3, 1, 5), {"axis": 0}),
+    ("broadcast_rank", (2, 4, 3), (3,), {}),
+    ("negative_axis", (2, 3, 2), (1, 3, 1), {"axis": -2}),
+    ("size1", (1, 3), (1, 3), {}),
+    ("size0", (0, 3), (1, 3), {}),
+]
+
+CASES += (
+    [
+        OpCase("kron", {"X": xs, "Y": ys}, reference=_torch_kron, double_grad=True, name=name)
+        for name, xs, ys in _KRONS
+    ]
+    + [
+        OpCase(
+            "kron",
+            {"X": _ints((2, 2), 1), "Y": _ints((2, 3), 2)},
+            reference=_torch_kron,
+            grad=False,
+            name="int",
+        ),
+        OpCase(
+            "kron",
+            {"X": _ints((2, 2), 1), "Y": (3,)},
+            reference=_torch_kron,
+            name="int_and_float",
+        ),
+    ]
+    + [
+        OpCase(
+            "cross",
+            {"X": xs, "Y": ys},
+            attrs,
+            reference=_torch_cross,
+            double_grad=True,
+            name=name,
+        )
+        for name, xs, ys, attrs in _CROSSES
+    ]
+    + [
+        OpCase(
+            "cross",
+            {"X": _ints((2, 3), 3), "Y": _ints((2, 3), 4)},
+            reference=_torch_cross,
+            grad=False,
+            name="int",
+        )
+    ]
+)
