@@ -1,6 +1,6 @@
 """Linear algebra on the last two axes, as torch.linalg: inverse, det, slogdet, solve,
-cholesky, solve_triangular and trace, with ``cofactor`` (det's gradient); every gradient is
-built from these ops and the matrix ops, so it can be differentiated again.
+cholesky, solve_triangular, eigh and trace, with ``cofactor`` (det's gradient); every gradient
+is built from these ops and the matrix ops, so it can be differentiated again.
 
 Leading axes are a batch (``(..., n, n)``); float32 and float64 only (numpy's linalg has no
 float16 kernels), and integer input is refused, as for any float function (trace, a sum, keeps
@@ -24,6 +24,7 @@ from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
 SlogDet = namedtuple("SlogDet", ["sign", "logabsdet"])
+Eigh = namedtuple("Eigh", ["eigenvalues", "eigenvectors"])
 
 
 # ---- checks and helpers -----------------------------------------------------------------------
@@ -423,6 +424,78 @@ def _(g):
         offset = (1 if upper else -1) if unit else 0
         ga = _neg(apply(mask, (sum_to(ga, tuple(a.shape)),), {"diagonal": offset}))
     return ga, (sum_to(gb, tuple(b.shape)) if g.needs(1) else None)
+
+
+# ---- eigh -----------------------------------------------------------------------------------
+
+
+def _infer_eigh(attrs, a):
+    _require_square(a)
+    dtype = _require_linalg_float(("A", a))
+    return (a.shape[:-1], dtype), (a.shape, dtype)
+
+
+@register(
+    "eigh",
+    inputs=("A",),
+    outputs=("Eigenvalues", "Eigenvectors"),
+    attrs={"UPLO": Attr("str", "L", choices=("L", "U"))},
+    infer=_infer_eigh,
+    no_need_buffer=("A",),
+    returns=lambda results: Eigh(*results),
+)
+def eigh(xp, attrs, a):
+    """(Eigenvalues, Eigenvectors) of each symmetric matrix of A (..., n, n), eigenvalues
+    ascending, A = V diag(L) V^T with orthonormal columns V (torch.linalg.eigh; a namedtuple
+    ``(eigenvalues, eigenvectors)``). As cholesky, it decomposes (A + A^T) / 2, which is A for
+    a symmetric A whichever triangle ``UPLO`` names (accepted for torch's signature). Each
+    eigenvector's sign is chosen so that its largest-magnitude entry is positive (torch leaves
+    the sign to LAPACK: its columns may differ from these by a sign).
+
+    dA = V (diag(dL) + F o (X - X^T) / 2) V^T with X = V^T dV and F[i, j] = 1 / (L[j] - L[i])
+    off the diagonal (PyTorch's formula). Through the eigenvectors it is unstable where
+    eigenvalues are close, and NaN where two are equal (PyTorch gives Inf or NaN there too);
+    the eigenvalues' own gradient V diag(dL) V^T is always finite.
+
+    >>> import numpy as np, tape, ops
+    >>> ops.eigh(tape.Variable(np.array([[2.0, 1.0], [1.0, 2.0]]))).eigenvalues.numpy()
+    array([1., 3.])
+    """
+    values, vectors = xp.linalg.eigh((a + _t(a)) * 0.5)
+    peaks = xp.argmax(xp.abs(vectors), axis=-2)[..., None, :]
+    return values, vectors * xp.sign(xp.take_along_axis(vectors, peaks, axis=-2))
+
+
+@eigh.gradient
+def _(g):
+    from ops.elementwise import elementwise_add, elementwise_div, elementwise_sub
+    from ops.fill import fill_ones_like
+    from ops.triangular import diagonal_grad
+    from ops.unary import scale
+
+    (values, vectors), (gvalues, gvectors) = g.outputs, g.gouts
+    diagonal = {"offset": 0, "axis1": -2, "axis2": -1}
+    inner = None
+    if gvectors is not None:
+        product = _matmul(vectors, gvectors, transpose_x=True)  # X = V^T dV
+        skew = apply(elementwise_sub, (product, _mT(product)), elementwise_sub.defaults)
+        skew = apply(scale, (skew,), {**scale.defaults, "scale": 0.5})
+        gaps = apply(  # E[i, j] = L[j] - L[i]
+            elementwise_sub,
+            (_unsqueeze(values, -2), _unsqueeze(values, -1)),
+            elementwise_sub.defaults,
+        )
+        # F = E / (E^2 + I): 1 / E off the diagonal, 0 on it, and differentiable as such
+        identity = apply(diagonal_grad, (gaps, apply(fill_ones_like, (values,), {})), diagonal)
+        squares = apply(elementwise_add, (_mul(gaps, gaps), identity), elementwise_add.defaults)
+        spread = apply(elementwise_div, (gaps, squares), elementwise_div.defaults)
+        inner = _mul(spread, skew)
+    if gvalues is not None:
+        placed = apply(diagonal_grad, (vectors, gvalues), diagonal)
+        inner = placed if inner is None else apply(elementwise_add, (inner, placed), {"axis": -1})
+    if inner is None:
+        return (None,)
+    return (_matmul(vectors, _matmul(inner, vectors, transpose_y=True)),)
 
 
 # ---- trace ----------------------------------------------------------------------------------

@@ -320,6 +320,7 @@ NOT_EXPORTABLE.update(
         "solve_triangular": _NO_SOLVER,
         "cholesky": "ONNX has no matrix factorization (Cholesky, LU or SVD)",
         "cofactor": "ONNX has no SVD or inverse to build the cofactor matrix from",
+        "eigh": "ONNX has no eigendecomposition",
         "slogdet": "ONNX has Det but no log-determinant; log|Det| overflows where slogdet is "
         "used instead",
     }

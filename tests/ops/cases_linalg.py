@@ -33,6 +33,17 @@ def _spd(shape):
     return make
 
 
+def _spectrum(shape):
+    """Q diag(1, 2, ..., n) Q^T for a random orthogonal Q: symmetric, eigenvalues 1 apart."""
+
+    def make(rng, dtype):
+        q, _ = np.linalg.qr(rng.standard_normal(shape))
+        a = (q * np.arange(1.0, shape[-1] + 1)[..., None, :]) @ np.swapaxes(q, -1, -2)
+        return ((a + np.swapaxes(a, -1, -2)) / 2).astype(dtype)
+
+    return make
+
+
 def _fixed(array):
     return lambda rng, dtype: np.asarray(array, dtype=dtype)
 
@@ -104,6 +115,14 @@ def _solve_triangular(a, b, upper, left=True, unitriangular=False):
     for index in np.ndindex(*batch):
         x[index] = _substitute(t[index], b[index], upper)
     return x if left else np.swapaxes(x, -1, -2)
+
+
+def _eigh(a, UPLO="L"):
+    """numpy's eigh, each eigenvector signed so that its largest-magnitude entry is positive
+    (the op's stated convention)."""
+    values, vectors = np.linalg.eigh(_f64(a)[0])
+    peaks = np.take_along_axis(vectors, np.abs(vectors).argmax(axis=-2)[..., None, :], axis=-2)
+    return values, vectors * np.sign(peaks)
 
 
 def _trace(x):
@@ -248,6 +267,14 @@ SOLVE_TRIANGULAR_CASES = [
     _triangular_case((0, 3, 3), (0, 3, 1), "size0_batch", upper=False),
 ]
 
+EIGH_CASES = [
+    OpCase("eigh", {"A": _spectrum((3, 3))}, reference=_eigh, double_grad=True),
+    OpCase("eigh", {"A": _spectrum((2, 3, 3))}, reference=_eigh, double_grad=True, name="batched"),
+    OpCase("eigh", {"A": _spectrum((3, 3))}, {"UPLO": "U"}, reference=_eigh, name="upper"),
+    OpCase("eigh", {"A": _spectrum((1, 1))}, reference=_eigh, double_grad=True, name="1x1"),
+    OpCase("eigh", {"A": _spectrum((0, 3, 3))}, reference=_eigh, name="size0_batch"),
+]
+
 TRACE_CASES = [
     OpCase("trace", {"X": (3, 3)}, reference=_trace, double_grad=True),
     OpCase("trace", {"X": (2, 3, 4)}, reference=_trace, double_grad=True, name="batched_wide"),
@@ -272,5 +299,6 @@ CASES = (
     + SOLVE_CASES
     + CHOLESKY_CASES
     + SOLVE_TRIANGULAR_CASES
+    + EIGH_CASES
     + TRACE_CASES
 )

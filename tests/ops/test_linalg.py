@@ -1,7 +1,7 @@
 """The linear-algebra ops against torch.linalg: values and gradients on hypothesis-drawn batch
 shapes and sizes (size-0 batches and 1x1 matrices among them), double gradients, broadcasting
-in solve, the determinant's gradient at singular matrices, and the errors: shapes, dtypes, and
-singular or indefinite matrices eagerly and in lazy mode."""
+in solve, the determinant's gradient at singular matrices, eigh up to eigenvector signs, and
+the errors: shapes, dtypes, and singular or indefinite matrices eagerly and in lazy mode."""
 
 import numpy as np
 import pytest
@@ -207,6 +207,71 @@ def test_double_gradients_match_torch(name):
     np.testing.assert_allclose(second.numpy(), t_second.numpy(), rtol=1e-8, atol=1e-10)
 
 
+def _spectrum(rng, shape):
+    """Q diag(1, ..., n) Q^T: symmetric with eigenvalues 1 apart (a stable eigenvector
+    gradient)."""
+    q, _ = np.linalg.qr(rng.standard_normal(shape))
+    a = (q * np.arange(1.0, shape[-1] + 1)[..., None, :]) @ np.swapaxes(q, -1, -2)
+    return (a + np.swapaxes(a, -1, -2)) / 2
+
+
+@settings(max_examples=20, deadline=None)
+@given(batch=_batches, n=_sizes, dtype=_dtypes, seed=_seeds)
+def test_eigh_matches_torch_up_to_eigenvector_signs(batch, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = _spectrum(rng, batch + (n, n))
+    values, vectors = ops.eigh(tape.Variable(a.astype(dtype)))
+    want_values, want_vectors = torch.linalg.eigh(torch.tensor(a.astype(dtype).astype(np.float64)))
+    rtol, atol = _TOL[dtype]
+    np.testing.assert_allclose(values.numpy(), want_values.numpy(), rtol=rtol, atol=atol)
+    signs = np.sign((vectors.numpy() * want_vectors.numpy()).sum(axis=-2, keepdims=True))
+    np.testing.assert_allclose(vectors.numpy(), want_vectors.numpy() * signs, rtol=rtol, atol=atol)
+    peaks = np.take_along_axis(
+        vectors.numpy(), np.abs(vectors.numpy()).argmax(axis=-2)[..., None, :], axis=-2
+    )
+    assert (peaks > 0).all()  # the sign convention
+    # gradients (float64): torch's eigenvectors are ours times ``signs``
+    tape.reset_global_tape()
+    x = tape.Variable(a, requires_grad=True)
+    values, vectors = ops.eigh(x)
+    w_values, w_vectors = rng.standard_normal(values.shape), rng.standard_normal(vectors.shape)
+    loss = (values * tape.Variable(w_values)).sum() + (vectors * tape.Variable(w_vectors)).sum()
+    (got,) = tape.grad(loss, [x])
+    t = torch.tensor(a, requires_grad=True)
+    t_values, t_vectors = torch.linalg.eigh(t)
+    signs = np.sign((vectors.numpy() * t_vectors.detach().numpy()).sum(axis=-2, keepdims=True))
+    t_loss = (t_values * torch.tensor(w_values)).sum()
+    t_loss = t_loss + (t_vectors * torch.tensor(w_vectors * signs)).sum()
+    (want,) = torch.autograd.grad(t_loss, t)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_eigh_at_repeated_eigenvalues():
+    """The eigenvalues' gradient stays finite; the eigenvectors' is NaN (1 / 0 gaps), as
+    PyTorch's is not finite either."""
+    a = np.diag([2.0, 2.0, 5.0])
+    x = tape.Variable(a, requires_grad=True)
+    values, vectors = ops.eigh(x)
+    np.testing.assert_array_equal(values.numpy(), [2.0, 2.0, 5.0])
+    (grad,) = tape.grad(values.sum(), [x])
+    np.testing.assert_allclose(grad.numpy(), np.eye(3), atol=1e-15)
+    x = tape.Variable(a, requires_grad=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        (grad,) = tape.grad(ops.eigh(x).eigenvectors.sum(), [x])
+    assert np.isnan(grad.numpy()).any()
+    t = torch.tensor(a, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.linalg.eigh(t).eigenvectors.sum(), t)
+    assert not torch.isfinite(want).all()
+
+
+def test_eigh_decomposes_the_symmetric_part():
+    a = _spectrum(np.random.default_rng(6), (3, 3))
+    skew = np.triu(np.ones((3, 3)), 1)
+    for uplo in ("L", "U"):
+        values = ops.eigh(tape.Variable(a + skew - skew.T), UPLO=uplo).eigenvalues.numpy()
+        np.testing.assert_allclose(values, [1.0, 2.0, 3.0], rtol=1e-12)
+
+
 # ---- edge cases ---------------------------------------------------------------------------
 
 
@@ -319,8 +384,9 @@ def _message(info):
         lambda x: ops.det(x),
         lambda x: ops.slogdet(x),
         lambda x: ops.cholesky(x),
+        lambda x: ops.eigh(x),
     ],
-    ids=["inverse", "det", "slogdet", "cholesky"],
+    ids=["inverse", "det", "slogdet", "cholesky", "eigh"],
 )
 def test_non_square_input_is_a_shape_error_naming_op_and_shape(call):
     for shape in [(2, 3), (4, 2, 3), (3,)]:
@@ -367,7 +433,8 @@ def test_solve_triangular_shape_mismatches():
 @pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "float16"])
 def test_non_float_input_is_a_dtype_error(dtype):
     a = tape.Variable(np.eye(2).astype(dtype))
-    for call in (ops.inverse, ops.det, ops.slogdet, ops.cholesky, lambda x: ops.solve(x, x)):
+    calls = (ops.inverse, ops.det, ops.slogdet, ops.cholesky, ops.eigh, lambda x: ops.solve(x, x))
+    for call in calls:
         with pytest.raises(DTypeError) as info:
             call(a)
         message = _message(info)
