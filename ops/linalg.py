@@ -1,6 +1,7 @@
-"""Linear algebra on the last two axes, as torch.linalg: inverse, det, slogdet, solve,
-cholesky, solve_triangular, eigh and trace, with ``cofactor`` (det's gradient); every gradient
-is built from these ops and the matrix ops, so it can be differentiated again.
+"""Linear algebra on the last two axes, as torch.linalg: inverse, solve, solve_triangular,
+cholesky and eigh (a matrix's scalar invariants, det, slogdet and trace, are in
+``ops.determinant``); every gradient is built from registered ops, so it can be differentiated
+again.
 
 Leading axes are a batch (``(..., n, n)``); float32 and float64 only (numpy's linalg has no
 float16 kernels), and integer input is refused, as for any float function (trace, a sum, keeps
@@ -17,20 +18,20 @@ from collections import namedtuple
 
 import numpy as np
 
+from ops.compose import mul, neg
 from ops.infer import broadcast_shapes, promoted
-from ops.reduce import accumulated_dtype, sum_to
+from ops.reduce import sum_to
 from ops.registry import Attr, register
 from tape.errors import DTypeError, ShapeError
 from tape.tape import apply
 
-SlogDet = namedtuple("SlogDet", ["sign", "logabsdet"])
 Eigh = namedtuple("Eigh", ["eigenvalues", "eigenvectors"])
 
 
 # ---- checks and helpers -----------------------------------------------------------------------
 
 
-def _require_linalg_float(*slots):
+def require_linalg_float(*slots):
     """The promotion of (slot, Variable) pairs, each of which must be float32 or float64."""
     for slot, var in slots:
         if var.dtype.kind != "f" or var.dtype.itemsize < 4:
@@ -44,7 +45,7 @@ def _require_linalg_float(*slots):
     return promoted(*(var for _, var in slots))
 
 
-def _require_square(var, slot="A"):
+def require_square(var, slot="A"):
     shape = tuple(var.shape)
     if len(shape) < 2 or shape[-1] != shape[-2]:
         raise ShapeError(
@@ -55,16 +56,16 @@ def _require_square(var, slot="A"):
         )
 
 
-def _infer_square(attrs, a):
-    _require_square(a)
-    return a.shape, _require_linalg_float(("A", a))
+def infer_square(attrs, a):
+    require_square(a)
+    return a.shape, require_linalg_float(("A", a))
 
 
 def _t(a):
     return a.swapaxes(-1, -2)
 
 
-def _mT(var):
+def transposed(var):
     """The Variable with its last two axes swapped (recorded: gradient makers use it)."""
     from ops.shape import transpose
 
@@ -72,29 +73,17 @@ def _mT(var):
     return apply(transpose, (var,), {"perm": (*range(ndim - 2), ndim - 1, ndim - 2)})
 
 
-def _as_matrices(var):
+def as_matrices(var):
     """The Variable reshaped to (..., 1, 1): one scalar per matrix of a batch."""
     from ops.shape import reshape
 
     return apply(reshape, (var,), {"shape": (*var.shape, 1, 1)})
 
 
-def _mul(x, y):
-    from ops.elementwise import elementwise_mul
-
-    return apply(elementwise_mul, (x, y), elementwise_mul.defaults)
-
-
-def _matmul(x, y, transpose_x=False, transpose_y=False):
+def matrix_product(x, y, transpose_x=False, transpose_y=False):
     from ops.matmul import matmul
 
     return apply(matmul, (x, y), {"transpose_x": transpose_x, "transpose_y": transpose_y})
-
-
-def _neg(x):
-    from ops.unary import neg
-
-    return apply(neg, (x,), {})
 
 
 def _checked(what, solver, *arrays):
@@ -111,7 +100,7 @@ _SINGULAR = "input A is singular (not invertible; for a batch, at least one of i
 # ---- inverse ------------------------------------------------------------------------------
 
 
-@register("inverse", inputs=("A",), infer=_infer_square, no_need_buffer=("A",))
+@register("inverse", inputs=("A",), infer=infer_square, no_need_buffer=("A",))
 def inverse(xp, attrs, a):
     """Out = A^{-1} for each matrix of A (..., n, n) (torch.linalg.inv).
     dA = -Out^T dOut Out^T.  A singular A is an ExecutionError.
@@ -127,104 +116,9 @@ def inverse(xp, attrs, a):
 @inverse.gradient
 def _(g):
     (out,), (gout,) = g.outputs, g.gouts
-    return (_neg(_matmul(out, _matmul(gout, out, transpose_y=True), transpose_x=True)),)
-
-
-# ---- det, its cofactor gradient, slogdet ----------------------------------------------------
-
-
-def _infer_det(attrs, a):
-    _require_square(a)
-    return a.shape[:-2], _require_linalg_float(("A", a))
-
-
-@register("det", inputs=("A",), infer=_infer_det)
-def det(xp, attrs, a):
-    """Out = det(A) for each matrix of A (..., n, n) (torch.linalg.det).
-
-    dA = dOut * cofactor(A), the cofactor matrix (det(A) A^{-T} where A is invertible),
-    computed from an SVD: exact at a singular A too, where it equals PyTorch's gradient under
-    ``create_graph=True`` (its SVD path); PyTorch's first-order backward gives
-    dOut * det(A) * A^{-T} from a perturbed LU there instead, zeros where det(A) is exactly 0.
-
-    >>> import numpy as np, tape, ops
-    >>> ops.det(tape.Variable(np.array([[1.0, 2.0], [3.0, 4.0]]))).numpy().round(12)
-    np.float64(-2.0)
-    """
-    return xp.linalg.det(a)
-
-
-@det.gradient
-def _(g):
-    (a,), (gout,) = g.inputs, g.gouts
-    return (_mul(_as_matrices(gout), apply(cofactor, (a,), {})),)
-
-
-@register("cofactor", inputs=("A",), infer=_infer_square)
-def cofactor(xp, attrs, a):
-    """Out = the cofactor matrix of each matrix of A (the transposed adjugate: d det(A) / dA,
-    det(A) A^{-T} where A is invertible), exact at singular matrices as well: from the SVD
-    A = U S V^T, cofactor(A) = det(U) det(V^T) U diag(prod_{j != i} s_j) V^T.
-
-    dA = tr(A^{-1} H) Out - Out (A^{-1} H)^T for H = dOut; it goes through inverse(A), so a
-    second derivative at a singular A is inverse's singular-matrix error (or, where rounding
-    hides the singularity, huge values).
-    """
-    n = a.shape[-1]
-    if n == 0 or a.size == 0:
-        return xp.zeros(a.shape, dtype=a.dtype)
-    u, s, vh = xp.linalg.svd(a)
-    ones = xp.ones(s.shape[:-1] + (1,), dtype=s.dtype)
-    before = xp.cumprod(xp.concatenate([ones, s[..., :-1]], axis=-1), axis=-1)
-    after = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(s, -1)[..., :-1]], axis=-1), -1), -1)
-    signs = xp.linalg.det(u) * xp.linalg.det(vh)
-    return (u * (before * after)[..., None, :]) @ vh * signs[..., None, None]
-
-
-@cofactor.gradient
-def _(g):
-    (a,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
-    from ops.elementwise import elementwise_sub
-
-    solved = _matmul(apply(inverse, (a,), {}), gout)  # A^{-1} H
-    scaled = _mul(_as_matrices(apply(trace, (solved,), {})), out)
-    corrected = _matmul(out, solved, transpose_y=True)
-    return (apply(elementwise_sub, (scaled, corrected), elementwise_sub.defaults),)
-
-
-def _infer_slogdet(attrs, a):
-    shape, dtype = _infer_det(attrs, a)
-    return (shape, dtype), (shape, dtype)
-
-
-@register(
-    "slogdet",
-    inputs=("A",),
-    outputs=("Sign", "LogAbsDet"),
-    infer=_infer_slogdet,
-    returns=lambda results: SlogDet(*results),
-)
-def slogdet(xp, attrs, a):
-    """(Sign, LogAbsDet) with det(A) = Sign * exp(LogAbsDet) for each matrix of A (..., n, n)
-    (torch.linalg.slogdet; a namedtuple ``(sign, logabsdet)``). A singular A gives (0, -inf).
-
-    dA = dLogAbsDet * A^{-T} (Sign is piecewise constant: no gradient); at a singular A that is
-    inverse's singular-matrix error.
-
-    >>> import numpy as np, tape, ops
-    >>> ops.slogdet(tape.Variable(np.array([[0.0, 2.0], [3.0, 0.0]]))).sign.numpy()
-    array(-1.)
-    """
-    sign, logabsdet = xp.linalg.slogdet(a)
-    return sign, logabsdet
-
-
-@slogdet.gradient
-def _(g):
-    (a,), (_, glog) = g.inputs, g.gouts
-    if glog is None:
-        return (None,)
-    return (_mul(_as_matrices(glog), _mT(apply(inverse, (a,), {}))),)
+    return (
+        neg(matrix_product(out, matrix_product(gout, out, transpose_y=True), transpose_x=True)),
+    )
 
 
 # ---- solve ----------------------------------------------------------------------------------
@@ -236,8 +130,8 @@ def _vector_rhs(a_shape, b_shape):
 
 
 def _infer_solve(attrs, a, b):
-    _require_square(a)
-    dtype = _require_linalg_float(("A", a), ("B", b))
+    require_square(a)
+    dtype = require_linalg_float(("A", a), ("B", b))
     n, vector = a.shape[-1], _vector_rhs(a.shape, b.shape)
     rows = b.shape[-1] if vector else (b.shape[-2] if len(b.shape) >= 2 else None)
     if rows != n:
@@ -283,18 +177,18 @@ def solve(xp, attrs, a, b):
 @solve.gradient
 def _(g):
     (a, b), (out,), (gout,) = g.inputs, g.outputs, g.gouts
-    gb = apply(solve, (_mT(a), gout), {})
+    gb = apply(solve, (transposed(a), gout), {})
     ga = None
     if g.needs(0):
         if _vector_rhs(a.shape, b.shape):
-            ga = _mul(_unsqueeze(gb, -1), _unsqueeze(out, -2))
+            ga = mul(unsqueezed(gb, -1), unsqueezed(out, -2))
         else:
-            ga = _matmul(gb, out, transpose_y=True)
-        ga = _neg(sum_to(ga, tuple(a.shape)))
+            ga = matrix_product(gb, out, transpose_y=True)
+        ga = neg(sum_to(ga, tuple(a.shape)))
     return ga, (sum_to(gb, tuple(b.shape)) if g.needs(1) else None)
 
 
-def _unsqueeze(var, axis):
+def unsqueezed(var, axis):
     from ops.shape import unsqueeze
 
     return apply(unsqueeze, (var,), {"axes": (axis,)})
@@ -307,7 +201,7 @@ def _unsqueeze(var, axis):
     "cholesky",
     inputs=("A",),
     attrs={"upper": Attr("bool", False)},
-    infer=_infer_square,
+    infer=infer_square,
     no_need_buffer=("A",),
 )
 def cholesky(xp, attrs, a):
@@ -338,16 +232,19 @@ def _(g):
 
     (out,), (gout,) = g.outputs, g.gouts
     upper = g.attrs["upper"]
-    lower, glower = (_mT(out), _mT(gout)) if upper else (out, gout)
-    product = _matmul(lower, glower, transpose_x=True)  # L^T dL
+    lower, glower = (transposed(out), transposed(gout)) if upper else (out, gout)
+    product = matrix_product(lower, glower, transpose_x=True)  # L^T dL
     halves = apply(
         elementwise_add,
-        (apply(tril, (product,), {"diagonal": 0}), _mT(apply(tril, (product,), {"diagonal": -1}))),
+        (
+            apply(tril, (product,), {"diagonal": 0}),
+            transposed(apply(tril, (product,), {"diagonal": -1})),
+        ),
         elementwise_add.defaults,
     )
     middle = apply(scale, (halves,), {**scale.defaults, "scale": 0.5})
     defaults = solve_triangular.defaults
-    left = apply(solve_triangular, (_mT(lower), middle), {**defaults, "upper": True})
+    left = apply(solve_triangular, (transposed(lower), middle), {**defaults, "upper": True})
     right = {**defaults, "upper": False, "left": False}
     return (apply(solve_triangular, (lower, left), right),)
 
@@ -356,8 +253,8 @@ def _(g):
 
 
 def _infer_solve_triangular(attrs, a, b):
-    _require_square(a)
-    dtype = _require_linalg_float(("A", a), ("B", b))
+    require_square(a)
+    dtype = require_linalg_float(("A", a), ("B", b))
     n, left = a.shape[-1], attrs["left"]
     if len(b.shape) < 2 or b.shape[-2 if left else -1] != n:
         side = "(..., n, k)" if left else "(..., k, n)"
@@ -416,13 +313,17 @@ def _(g):
 
     (a, b), (out,), (gout,) = g.inputs, g.outputs, g.gouts
     upper, left, unit = g.attrs["upper"], g.attrs["left"], g.attrs["unitriangular"]
-    gb = apply(solve_triangular, (_mT(a), gout), {**g.attrs, "upper": not upper})
+    gb = apply(solve_triangular, (transposed(a), gout), {**g.attrs, "upper": not upper})
     ga = None
     if g.needs(0):
-        ga = _matmul(gb, out, transpose_y=True) if left else _matmul(out, gb, transpose_x=True)
+        ga = (
+            matrix_product(gb, out, transpose_y=True)
+            if left
+            else matrix_product(out, gb, transpose_x=True)
+        )
         mask = triu if upper else tril
         offset = (1 if upper else -1) if unit else 0
-        ga = _neg(apply(mask, (sum_to(ga, tuple(a.shape)),), {"diagonal": offset}))
+        ga = neg(apply(mask, (sum_to(ga, tuple(a.shape)),), {"diagonal": offset}))
     return ga, (sum_to(gb, tuple(b.shape)) if g.needs(1) else None)
 
 
@@ -430,8 +331,8 @@ def _(g):
 
 
 def _infer_eigh(attrs, a):
-    _require_square(a)
-    dtype = _require_linalg_float(("A", a))
+    require_square(a)
+    dtype = require_linalg_float(("A", a))
     return (a.shape[:-1], dtype), (a.shape, dtype)
 
 
@@ -477,66 +378,22 @@ def _(g):
     diagonal = {"offset": 0, "axis1": -2, "axis2": -1}
     inner = None
     if gvectors is not None:
-        product = _matmul(vectors, gvectors, transpose_x=True)  # X = V^T dV
-        skew = apply(elementwise_sub, (product, _mT(product)), elementwise_sub.defaults)
+        product = matrix_product(vectors, gvectors, transpose_x=True)  # X = V^T dV
+        skew = apply(elementwise_sub, (product, transposed(product)), elementwise_sub.defaults)
         skew = apply(scale, (skew,), {**scale.defaults, "scale": 0.5})
         gaps = apply(  # E[i, j] = L[j] - L[i]
             elementwise_sub,
-            (_unsqueeze(values, -2), _unsqueeze(values, -1)),
+            (unsqueezed(values, -2), unsqueezed(values, -1)),
             elementwise_sub.defaults,
         )
         # F = E / (E^2 + I): 1 / E off the diagonal, 0 on it, and differentiable as such
         identity = apply(diagonal_grad, (gaps, apply(fill_ones_like, (values,), {})), diagonal)
-        squares = apply(elementwise_add, (_mul(gaps, gaps), identity), elementwise_add.defaults)
+        squares = apply(elementwise_add, (mul(gaps, gaps), identity), elementwise_add.defaults)
         spread = apply(elementwise_div, (gaps, squares), elementwise_div.defaults)
-        inner = _mul(spread, skew)
+        inner = mul(spread, skew)
     if gvalues is not None:
         placed = apply(diagonal_grad, (vectors, gvalues), diagonal)
         inner = placed if inner is None else apply(elementwise_add, (inner, placed), {"axis": -1})
     if inner is None:
         return (None,)
-    return (_matmul(vectors, _matmul(inner, vectors, transpose_y=True)),)
-
-
-# ---- trace ----------------------------------------------------------------------------------
-
-
-def _infer_trace(attrs, x):
-    if len(x.shape) < 2:
-        raise ShapeError(
-            None,
-            "input X must be a matrix or a batch of them",
-            expected="X.shape == (..., m, n)",
-            actual=f"X.shape={x.shape}",
-        )
-    if x.dtype.kind not in "iuf":
-        raise DTypeError(
-            None,
-            "input X must be numeric",
-            expected="an integer or float dtype",
-            actual=str(x.dtype),
-        )
-    return x.shape[:-2], accumulated_dtype(x.dtype)
-
-
-@register("trace", inputs=("X",), infer=_infer_trace, no_need_buffer=("X",))
-def trace(xp, attrs, x):
-    """Out = the sum of the main diagonal of each matrix of X (..., m, n) (torch.trace, batched
-    over leading axes; integers accumulate in 64 bits as in a sum).  dX = dOut * I.
-
-    >>> import numpy as np, tape, ops
-    >>> ops.trace(tape.Variable(np.arange(9.0).reshape(3, 3))).numpy()
-    array(12.)
-    """
-    return xp.trace(x, axis1=-2, axis2=-1, dtype=accumulated_dtype(x.dtype))
-
-
-@trace.gradient
-def _(g):
-    from ops.shape import broadcast_to
-    from ops.triangular import diagonal_grad
-
-    (x,), (gout,) = g.inputs, g.gouts
-    length = min(x.shape[-2:])
-    diagonal = apply(broadcast_to, (_unsqueeze(gout, -1),), {"shape": (*gout.shape, length)})
-    return (apply(diagonal_grad, (x, diagonal), {"offset": 0, "axis1": -2, "axis2": -1}),)
+    return (matrix_product(vectors, matrix_product(inner, vectors, transpose_y=True)),)

@@ -60,7 +60,7 @@ def _(g):  # X flattened to 2-D at x_num_col_dims, Y at y_num_col_dims, multipli
     g.node("Reshape", [product, g.target_shape(shape, g.op.inputs["X"][0])], g.y())
 
 
-# ---- linear algebra (ops/linalg.py) -----------------------------------------------------------
+# ---- linear algebra (ops/linalg.py, ops/determinant.py) ------------------------------------------
 
 
 @onnx("det")

@@ -1,7 +1,7 @@
-"""Cases for the linear-algebra ops (ops/linalg.py): well-conditioned inputs (M + n I, and
-M M^T + n I for cholesky), batches that broadcast, 1x1 matrices and size-0 batches, singular
-matrices for det and cofactor; float64 references from numpy's own routines or, where those
-are the kernel's, from their definitions (minors, substitution)."""
+"""Cases for the linear-algebra ops (ops/linalg.py, ops/determinant.py): well-conditioned
+inputs (M + n I, and M M^T + n I for cholesky), batches that broadcast, 1x1 matrices and
+size-0 batches, singular matrices for det and cofactor; float64 references from numpy's own
+routines or, where those are the kernel's, from their definitions (minors, substitution)."""
 
 import itertools
 
