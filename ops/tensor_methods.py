@@ -1,6 +1,7 @@
-"""Variable methods for the movement and indexing ops, with PyTorch's signatures (``dim`` first
-where PyTorch puts it): ``x.flip(0)``, ``x.permute(1, 0)``, ``x.gather(1, idx)``, ... Each
-records the op (or composition) of the same name in ``ops``; ``tape.operators`` installs them.
+"""Variable methods for the movement, indexing and matrix ops, with PyTorch's signatures
+(``dim`` first where PyTorch puts it): ``x.flip(0)``, ``x.permute(1, 0)``, ``x.gather(1, idx)``,
+``a.inverse()``, ... Each records the op (or composition) of the same name in ``ops``;
+``tape.operators`` installs them.
 
 ``x.gather(dim, index)`` is torch.gather (``ops.take_along_dim`` over index's own extent), not
 ``ops.gather`` (Paddle's ``np.take``).
@@ -106,6 +107,22 @@ def index_put(self, indices, values, accumulate=False):
     return REGISTRY["index_put"](self, list(indices), values, accumulate=accumulate)
 
 
+def cross(self, other, dim=-1):
+    """torch.Tensor.cross (torch.linalg.cross's default ``dim=-1``)."""
+    return REGISTRY["cross"](self, other, axis=dim)
+
+
+def _matrix(op_type):
+    """The method recording ``op_type`` on the Variable (and ``other``, for binary ones)."""
+
+    def method(self, *other):
+        return REGISTRY[op_type](self, *other)
+
+    method.__name__ = op_type
+    method.__doc__ = f"torch.Tensor.{op_type}: op '{op_type}'."
+    return method
+
+
 METHODS = {
     "flip": flip,
     "roll": roll,
@@ -131,4 +148,7 @@ METHODS = {
     "scatter_add": scatter_add,
     "scatter_reduce": scatter_reduce,
     "index_put": index_put,
+    # Matrix ops (ops.linalg, ops.determinant, ops.contraction), as torch.Tensor's methods.
+    **{name: _matrix(name) for name in ("inverse", "det", "slogdet", "trace", "kron")},
+    "cross": cross,
 }

@@ -498,3 +498,22 @@ def test_slogdet_at_a_singular_matrix_gives_minus_inf_and_its_gradient_an_error(
         ExecutionError, match=r"(?s)op 'inverse'.*singular.*gradient of op 'slogdet'"
     ):
         tape.grad(logabsdet, [x])
+
+
+def test_variable_methods_match_pytorchs_tensor_methods():
+    """a.inverse(), a.det(), a.slogdet(), a.trace(), a.kron(b) and a.cross(b, dim) as torch's."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+    b = rng.standard_normal((2, 3))
+    x, y = tape.Variable(a), tape.Variable(b)
+    ta, tb = torch.tensor(a), torch.tensor(b)
+    np.testing.assert_allclose(x.inverse().numpy(), ta.inverse().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.det().numpy(), ta.det().numpy(), rtol=1e-12)
+    sign, logabsdet = x.slogdet()
+    tsign, tlog = ta.slogdet()
+    np.testing.assert_array_equal(sign.numpy(), tsign.numpy())
+    np.testing.assert_allclose(logabsdet.numpy(), tlog.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.trace().numpy(), ta.trace().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x.kron(y).numpy(), ta.kron(tb).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(y.cross(x[:2], dim=1).numpy(), tb.cross(ta[:2], dim=1).numpy())
