@@ -40,6 +40,10 @@ class OpCase:
         dtypes: float dtypes to run the forward check in.
         tol: dtype name -> (rtol, atol) for the forward check.
         name: a label shown in test ids.
+        fresh_inputs: the random-tape property tests (tests/scheduler) build this case's float
+            inputs from its own makers, never from earlier ops' outputs: for inputs that must
+            be well conditioned (a matrix to invert, factor or decompose), which an arbitrary
+            earlier value would make singular, indefinite or non-finite.
     """
 
     op: str
@@ -53,6 +57,7 @@ class OpCase:
     dtypes: tuple = ("float32", "float64")
     tol: dict = dataclasses.field(default_factory=dict)
     name: str = ""
+    fresh_inputs: bool = False
 
     def __post_init__(self):
         if self.reference is None and self.check is None:

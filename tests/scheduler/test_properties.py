@@ -38,7 +38,7 @@ def _record(choose, lazy, threads=0, steps=None, exact=True, keep_history=False,
         for step in range(choose(6) + 1 if steps is None else steps):
             case = CASES[choose(len(CASES))]
             args = [
-                _argument(value, pool, choose)
+                _argument(value, pool, choose, case)
                 for value in _ordered(case, case.arrays("float64", seed=step))
             ]
             outputs = REGISTRY[case.op](*args, **case.attrs)
@@ -48,13 +48,18 @@ def _record(choose, lazy, threads=0, steps=None, exact=True, keep_history=False,
     return values, recording
 
 
-def _argument(value, pool, choose):
+def _argument(value, pool, choose, case=None):
+    """The Variable an op of a random tape reads for ``value``: an earlier op's output of its
+    shape and dtype, or a new leaf; always a new one where the case asks (``fresh_inputs``),
+    differentiated only if the case checks gradients (a singular matrix's case does not)."""
     if value is None:
         return None
     if isinstance(value, list):
-        return [_argument(v, pool, choose) for v in value]
+        return [_argument(v, pool, choose, case) for v in value]
     if value.dtype.kind != "f":
         return tape.Variable(value)
+    if case is not None and case.fresh_inputs:
+        return tape.Variable(value, requires_grad=case.grad)
     same = [v for v in pool if v.shape == value.shape and v.dtype == value.dtype]
     pick = choose(len(same) + 1)
     return same[pick - 1] if pick else tape.Variable(value, requires_grad=True)

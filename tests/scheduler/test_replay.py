@@ -183,7 +183,7 @@ def _record_backward(choose, lazy):
         for step in range(choose(5) + 1):
             case = CASES[choose(len(CASES))]
             args = [
-                _argument(value, pool, choose)
+                _argument(value, pool, choose, case)
                 for value in _ordered(case, case.arrays("float64", seed=step))
             ]
             leaves.update(
