@@ -20,10 +20,10 @@ import string
 import numpy as np
 
 from ops.compose import mul
-from ops.infer import broadcast_shapes, normalize_axis, result_dtype
+from ops.infer import broadcast_shapes, normalize_axis, require_real, result_dtype
 from ops.registry import Attr, register
 from ops.xp import promote
-from tape.errors import AttrError, DTypeError, ShapeError
+from tape.errors import AttrError, ShapeError
 from tape.tape import apply
 
 _LETTERS = string.ascii_letters
@@ -250,16 +250,6 @@ def _operand_grad(xs, k, gout, equation):
 # ---- kron and cross ---------------------------------------------------------------------------
 
 
-def _require_numbers(var, slot):
-    if var.dtype.kind not in "iuf":
-        raise DTypeError(
-            None,
-            f"input {slot} must hold real numbers",
-            expected="an integer or floating-point dtype",
-            actual=str(var.dtype),
-        )
-
-
 def _to_input(grad, var):
     """A gradient reduced over the axes broadcasting added and cast to its input's dtype."""
     from ops.reduce import sum_to
@@ -278,8 +268,8 @@ def _kron_shapes(x_shape, y_shape):
 
 
 def _infer_kron(attrs, x, y):
-    _require_numbers(x, "X")
-    _require_numbers(y, "Y")
+    require_real(x, "X")
+    require_real(y, "Y")
     xs, ys = _kron_shapes(x.shape, y.shape)
     return tuple(a * b for a, b in zip(xs, ys)), result_dtype(x, y)
 
@@ -332,8 +322,8 @@ def _(g):
 
 
 def _infer_cross(attrs, x, y):
-    _require_numbers(x, "X")
-    _require_numbers(y, "Y")
+    require_real(x, "X")
+    require_real(y, "Y")
     shape = broadcast_shapes(None, tuple(x.shape), tuple(y.shape), "X", "Y")
     if not shape:
         raise ShapeError(

@@ -294,9 +294,7 @@ def cdist(xp, attrs, x1, x2):
 
 def _magnitude_power(diff, sign, exponent):
     """sign * |D|**exponent, 0 where D = 0 (|D| is replaced by 1 there, where sign is 0)."""
-    size = _mul(diff, sign)
-    zero = _op("equal", size, constant(0.0, size))
-    safe = apply(REGISTRY["where"], (zero, constant(1.0, size), size), NO_ATTRS)
+    safe = _nonzero(_mul(diff, sign))
     return _mul(sign, _op("elementwise_pow", safe, constant(exponent, safe)))
 
 

@@ -92,6 +92,18 @@ def require_float(op, var, slot="X"):
         )
 
 
+def require_real(var, slot="X"):
+    """Integers or floats (no booleans, no complex): the inputs of ops that compare or multiply
+    numbers whatever their kind (searchsorted, kron, cross)."""
+    if var.dtype.kind not in "iuf":
+        raise DTypeError(
+            None,
+            f"input {slot} must hold real numbers",
+            expected="an integer or floating-point dtype",
+            actual=str(var.dtype),
+        )
+
+
 def normalize_axis(op, axis, ndim, what="axis"):
     """``axis`` in [-ndim, ndim) -> [0, ndim), or an AxisError (a ValueError and an IndexError).
 

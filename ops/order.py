@@ -14,10 +14,10 @@ from collections import namedtuple
 import numpy as np
 
 from ops.along import scatter_back
-from ops.infer import normalize_axis
+from ops.infer import normalize_axis, require_real
 from ops.registry import Attr, register
 from ops.xp import promote
-from tape.errors import AttrError, DTypeError, ShapeError
+from tape.errors import AttrError, ShapeError
 from tape.tape import apply
 
 Sort = namedtuple("Sort", ["values", "indices"])
@@ -292,16 +292,6 @@ def _(g):
 # ---- searchsorted and bucketize ---------------------------------------------------------------
 
 
-def _require_real(var, slot):
-    if var.dtype.kind not in "iuf":
-        raise DTypeError(
-            None,
-            f"input {slot} must hold real numbers",
-            expected="an integer or floating-point dtype",
-            actual=str(var.dtype),
-        )
-
-
 def _index_dtype(attrs):
     return np.dtype(np.int32) if attrs["out_int32"] else _INT64
 
@@ -320,8 +310,8 @@ def _side(attrs):
 
 
 def _infer_searchsorted(attrs, sequence, x):
-    _require_real(sequence, "SortedSequence")
-    _require_real(x, "X")
+    require_real(sequence, "SortedSequence")
+    require_real(x, "X")
     _side(attrs)
     shapes = f"SortedSequence.shape={sequence.shape}, X.shape={x.shape}"
     if not sequence.shape:
@@ -395,8 +385,8 @@ def search_sorted(xp, sequence, x, side):
 
 
 def _infer_bucketize(attrs, x, boundaries):
-    _require_real(x, "X")
-    _require_real(boundaries, "Boundaries")
+    require_real(x, "X")
+    require_real(boundaries, "Boundaries")
     if len(boundaries.shape) != 1:
         raise ShapeError(
             None,
