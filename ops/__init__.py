@@ -25,7 +25,7 @@ from ops import activation_smooth, activation_hard  # noqa: F401
 from ops import conv_transpose, pool_index, interpolate, pool_adaptive  # noqa: F401
 from ops import nll, loss_more, distance  # noqa: F401
 from ops import movement, padding, triangular, contraction, along_axis, scattering  # noqa: F401
-from ops import linalg, determinant  # noqa: F401
+from ops import linalg, determinant, decompositions  # noqa: F401
 from ops import advanced_indexing, masking, creation  # noqa: F401
 from ops import collective  # noqa: F401
 from ops import fused  # noqa: F401  (fused_elementwise: the fusion pass's kernels)

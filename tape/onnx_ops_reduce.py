@@ -323,5 +323,8 @@ NOT_EXPORTABLE.update(
         "eigh": "ONNX has no eigendecomposition",
         "slogdet": "ONNX has Det but no log-determinant; log|Det| overflows where slogdet is "
         "used instead",
+        "svdvals": "ONNX has no singular value decomposition",
+        "svd": "ONNX has no singular value decomposition",
+        "qr": "ONNX has no QR decomposition (nor Householder reflections)",
     }
 )
