@@ -1,4 +1,4 @@
-"""Matrix decompositions on the last two axes, as torch.linalg: svdvals, svd and qr, and
+"""Matrix decompositions on the last two axes, as torch.linalg: svdvals, svd, qr and pinv, and
 matrix_power composed from matmul and inverse; every gradient is built from registered ops, so
 it can be differentiated again where it is defined.
 
@@ -334,3 +334,86 @@ def _(g):
     # X R^T = numerator, R^T lower: solve X T = B with T the lower triangle of R^T
     right = {**solve_triangular.defaults, "upper": False, "left": False}
     return (apply(solve_triangular, (transposed(r), numerator), right),)
+
+
+# ---- pinv -----------------------------------------------------------------------------------
+
+
+def _infer_pinv(attrs, a):
+    _require_matrix(a)
+    return (*a.shape[:-2], a.shape[-1], a.shape[-2]), require_linalg_float(("A", a))
+
+
+_TOLERANCE = {
+    "atol": Attr("float", None, check=lambda v: v >= 0, rule="atol >= 0"),
+    "rtol": Attr("float", None, check=lambda v: v >= 0, rule="rtol >= 0"),
+}
+
+
+@register("pinv", inputs=("A",), attrs=_TOLERANCE, infer=_infer_pinv)
+def pinv(xp, attrs, a):
+    """Out = A^+, the Moore-Penrose pseudo-inverse (..., n, m) of each matrix of A (..., m, n)
+    (torch.linalg.pinv): V diag(1 / S) U^T from the reduced SVD, singular values at most
+    max(atol, rtol * max(S)) treated as 0. As torch, rtol defaults to eps * max(m, n) (eps of
+    A's dtype) when neither tolerance is given, and to 0 when only atol is.
+
+    dA is PyTorch's pinv_backward, from matmuls of A, Out and dOut (so it differentiates
+    again): for m <= n, with K = dOut^T Out,
+    dA = -(Out K)^T + K Out^T - A Out K Out^T + Out^T Out (dOut^T - K A) (m > n: the
+    transposed counterpart). It is the true gradient where no singular value is cut off (a
+    full-rank A) or those cut off are exactly 0 and stay so (perturbations within A's rank); the
+    pseudo-inverse jumps where a singular value crosses the cutoff. Where nonzero singular
+    values are cut off (a large atol or rtol), it is, as torch's, not the derivative of the
+    truncated pseudo-inverse (that would go through the singular vectors).
+
+    >>> import numpy as np, tape, ops
+    >>> ops.pinv(tape.Variable(np.array([[2.0, 0.0], [0.0, 0.0]]))).numpy()
+    array([[0.5, 0. ],
+           [0. , 0. ]])
+    """
+    *batch, m, n = a.shape
+    if a.size == 0:
+        return xp.zeros((*batch, n, m), dtype=a.dtype)
+    atol, rtol = attrs["atol"], attrs["rtol"]
+    if rtol is None:
+        rtol = float(np.finfo(a.dtype).eps) * max(m, n) if atol is None else 0.0
+    u, s, vh = xp.linalg.svd(a, full_matrices=False)
+    cutoff = xp.maximum(atol or 0.0, rtol * xp.max(s, axis=-1, keepdims=True))
+    kept = s > cutoff
+    inverted = xp.where(kept, 1.0 / xp.where(kept, s, 1.0), 0.0).astype(a.dtype)
+    return (_t(vh) * inverted[..., None, :]) @ _t(u)
+
+
+@pinv.gradient
+def _(g):
+    (a,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
+    m, n = a.shape[-2:]
+    gout_t = transposed(gout)
+    if m <= n:
+        k = matrix_product(gout, out, transpose_x=True)  # dOut^T Out (m, m)
+        k_out_t = matrix_product(k, out, transpose_y=True)
+        terms = (
+            neg(transposed(matrix_product(out, k))),
+            k_out_t,
+            neg(matrix_product(matrix_product(a, out), k_out_t)),
+            matrix_product(
+                matrix_product(out, out, transpose_x=True), sub(gout_t, matrix_product(k, a))
+            ),
+        )
+    else:
+        k = matrix_product(out, gout, transpose_y=True)  # Out dOut^T (n, n)
+        out_t_k = matrix_product(out, k, transpose_x=True)
+        terms = (
+            neg(transposed(matrix_product(k, out))),
+            matrix_product(
+                matrix_product(sub(gout_t, matrix_product(a, k)), out),
+                out,
+                transpose_y=True,
+            ),
+            out_t_k,
+            neg(matrix_product(matrix_product(out_t_k, out), a)),
+        )
+    total = None
+    for term in terms:
+        total = _add(total, term)
+    return (total,)

@@ -326,5 +326,6 @@ NOT_EXPORTABLE.update(
         "svdvals": "ONNX has no singular value decomposition",
         "svd": "ONNX has no singular value decomposition",
         "qr": "ONNX has no QR decomposition (nor Householder reflections)",
+        "pinv": "ONNX has no singular value decomposition to build a pseudo-inverse from",
     }
 )

@@ -110,8 +110,45 @@ QR_CASES = [
     _case("qr", (2, 3, 5), _qr, "wide", grad=False),
 ]
 
+
+def _pinv(a, atol=None, rtol=None):
+    """numpy's pinv with torch's default tolerance, eps * max(m, n) relative (in float64)."""
+    a = np.asarray(a, dtype=np.float64)
+    if rtol is None:
+        rtol = np.finfo(np.float64).eps * max(a.shape[-2:]) if atol is None else 0.0
+    cutoff = max(atol or 0.0, rtol * np.linalg.svd(a, compute_uv=False).max(initial=0.0))
+    return np.linalg.pinv(a, rcond=0.0) if cutoff == 0 else _cut_pinv(a, cutoff)
+
+
+def _cut_pinv(a, cutoff):
+    u, s, vh = np.linalg.svd(a, full_matrices=False)
+    inverted = np.where(s > cutoff, 1.0 / np.where(s > cutoff, s, 1.0), 0.0)
+    return (np.swapaxes(vh, -1, -2) * inverted[..., None, :]) @ np.swapaxes(u, -1, -2)
+
+
+_RANK_TWO = np.diag([3.0, 1.0, 0.0])[[2, 0, 1]]  # an exactly zero singular value
+
+PINV_CASES = [
+    _case("pinv", (3, 3), _pinv, ""),
+    _case("pinv", (4, 3), _pinv, "tall"),
+    _case("pinv", (2, 3, 5), _pinv, "batched_wide"),
+    _case("pinv", (1, 1), _pinv, "1x1"),
+    _case("pinv", (0, 3, 2), _pinv, "size0_batch"),
+    # drops the singular value 2: the gradient (torch's formula) is not the truncation's
+    _case("pinv", (3, 4), _pinv, "atol", {"atol": 2.5}, grad=False),
+    # rank-deficient: the pseudo-inverse jumps there, so finite differences do not apply
+    OpCase(
+        "pinv",
+        {"A": lambda rng, dtype: _RANK_TWO.astype(dtype)},
+        reference=_pinv,
+        grad=False,
+        name="rank_deficient",
+    ),
+]
+
 # Fresh inputs in the random-tape property tests: an earlier op's output would have repeated
 # or zero singular values (non-finite vector gradients) or be rank-deficient (QR's gradient).
 CASES = [
-    dataclasses.replace(case, fresh_inputs=True) for case in SVDVALS_CASES + SVD_CASES + QR_CASES
+    dataclasses.replace(case, fresh_inputs=True)
+    for case in SVDVALS_CASES + SVD_CASES + QR_CASES + PINV_CASES
 ]

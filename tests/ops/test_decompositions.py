@@ -1,4 +1,4 @@
-"""The decompositions against torch.linalg: matrix_power, svdvals, svd and qr, values and
+"""The decompositions against torch.linalg: matrix_power, svdvals, svd, qr and pinv, values and
 float64 gradients on hypothesis-drawn batch shapes and sizes (size-0 batches, 1x1, tall and wide
 matrices among them), factors up to torch's signs, double gradients, the gradients at repeated
 singular values and through a full U's extra columns, and the errors."""
@@ -264,6 +264,42 @@ def test_qr_gradient_at_a_rank_deficient_matrix_is_an_execution_error():
         tape.grad(ops.qr(x).Q.sum(), [x])
 
 
+# ---- pinv -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=_batches, m=_sizes, n=_sizes, dtype=_dtypes, seed=_seeds)
+def test_pinv_matches_torch(batch, m, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = _separated(rng, batch + (m, n))
+    out = ops.pinv(tape.Variable(a.astype(dtype)))
+    want = torch.linalg.pinv(torch.tensor(a.astype(dtype).astype(np.float64)))
+    assert out.dtype == np.dtype(dtype) and out.shape == tuple(want.shape)
+    _close(out.numpy(), want.numpy(), _TOL[dtype])
+    weight = [rng.standard_normal(out.shape)]
+    got = _grads(lambda x: (ops.pinv(x),), a, weight)
+    _close(got, _torch_grads(lambda t: (torch.linalg.pinv(t),), a, weight), _GRAD_TOL)
+
+
+@pytest.mark.parametrize(
+    "tolerances", [{}, {"atol": 2.5}, {"rtol": 0.6}, {"atol": 0.5, "rtol": 0.9}], ids=str
+)
+def test_pinv_tolerances_and_rank_deficient_matrices_as_torch(tolerances):
+    """torch's cutoff max(atol, rtol * max(S)), its default rtol eps * max(m, n) (a float32
+    rank-deficient A keeps no rounding-sized singular value), and its gradient formula where
+    singular values are cut off."""
+    rng = np.random.default_rng(4)
+    for a in [_separated(rng, (2, 3, 4)), np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)]:
+        out = ops.pinv(tape.Variable(a), **tolerances)
+        want = torch.linalg.pinv(torch.tensor(a), **tolerances)
+        _close(out.numpy(), want.numpy(), _TOL[a.dtype.name])
+    a = _separated(rng, (2, 3, 4))
+    weight = [rng.standard_normal((2, 4, 3))]
+    got = _grads(lambda x: (ops.pinv(x, **tolerances),), a, weight)
+    want = _torch_grads(lambda t: (torch.linalg.pinv(t, **tolerances),), a, weight)
+    _close(got, want, _GRAD_TOL)
+
+
 # ---- double gradients, sizes, errors --------------------------------------------------------
 
 
@@ -298,6 +334,7 @@ def test_double_gradients_match_torch():
     for shape in [(3, 3), (2, 4, 3), (3, 5)]:
         a = _separated(rng, shape)
         _double(ops.svdvals, torch.linalg.svdvals, a)
+        _double(ops.pinv, torch.linalg.pinv, a)
 
         def ours(x):
             u, s, vh = ops.svd(x, full_matrices=False)
@@ -330,13 +367,14 @@ def test_size0_batches_and_1x1_matrices():
     assert (u.item(), s.item(), vh.item()) == (1.0, 4.0, -1.0)
     q, r = ops.qr(one)
     assert (q.item(), r.item()) == (-1.0, 4.0)
+    assert ops.pinv(one).item() == -0.25 and ops.pinv(empty).shape == (0, 2, 3)
     assert matrix_power(one, 0).item() == 1.0 and matrix_power(one, -2).item() == 1 / 16
 
 
 @pytest.mark.parametrize(
     "call",
-    [ops.svdvals, ops.svd, ops.qr, lambda x: ops.qr(x, mode="r")],
-    ids=["svdvals", "svd", "qr", "qr_r"],
+    [ops.svdvals, ops.svd, ops.qr, lambda x: ops.qr(x, mode="r"), ops.pinv],
+    ids=["svdvals", "svd", "qr", "qr_r", "pinv"],
 )
 def test_errors_name_the_op_input_and_shape(call):
     with pytest.raises(ShapeError) as info:
@@ -350,3 +388,5 @@ def test_errors_name_the_op_input_and_shape(call):
         assert "float32 or float64" in str(info.value) and f"A.dtype={dtype}" in str(info.value)
     with pytest.raises(tape.AttrError, match="mode"):
         ops.qr(tape.Variable(np.eye(2)), mode="full")
+    with pytest.raises(tape.AttrError, match="atol >= 0"):
+        ops.pinv(tape.Variable(np.eye(2)), atol=-1.0)
