@@ -47,6 +47,8 @@ def _require_matrix(var, slot="A"):
 
 def _peak_signs(xp, columns):
     """The sign (+1 or -1) of each column's largest-magnitude entry, shaped (..., 1, columns)."""
+    if columns.shape[-2] == 0:  # no entries (an m = 0 or n = 0 matrix): nothing to flip
+        return xp.ones((*columns.shape[:-2], 1, columns.shape[-1]), dtype=columns.dtype)
     peaks = xp.argmax(xp.abs(columns), axis=-2)[..., None, :]
     signs = xp.sign(xp.take_along_axis(columns, peaks, axis=-2))
     return xp.where(signs == 0, 1, signs).astype(columns.dtype)

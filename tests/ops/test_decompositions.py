@@ -371,6 +371,20 @@ def test_size0_batches_and_1x1_matrices():
     assert matrix_power(one, 0).item() == 1.0 and matrix_power(one, -2).item() == 1 / 16
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 0, 2)])
+def test_matrices_with_no_entries_as_torch(shape):
+    a = np.zeros(shape)
+    for ours, theirs in [
+        (ops.svd, torch.linalg.svd),
+        (lambda x: (ops.svdvals(x),), lambda t: (torch.linalg.svdvals(t),)),
+        (ops.qr, torch.linalg.qr),
+        (lambda x: (ops.pinv(x),), lambda t: (torch.linalg.pinv(t),)),
+    ]:
+        for got, want in zip(ours(tape.Variable(a)), theirs(torch.tensor(a)), strict=True):
+            assert got.shape == tuple(want.shape)
+            np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 @pytest.mark.parametrize(
     "call",
     [ops.svdvals, ops.svd, ops.qr, lambda x: ops.qr(x, mode="r"), ops.pinv],
