@@ -39,10 +39,11 @@ _operators.install()
 globals().update(REGISTRY)
 from ops.aliases import *  # noqa: E402,F401,F403
 from ops.attention import scaled_dot_product_attention  # noqa: E402,F401
+from ops.decompositions import matrix_power  # noqa: E402,F401  (a function of matmul, inverse)
 from ops.factories import *  # noqa: E402,F401,F403  (PyTorch's signatures over the creation ops)
 from ops.masking import *  # noqa: E402,F401,F403
 from ops.rearrange import *  # noqa: E402,F401,F403
 
 _FUNCTIONS = factories.__all__ + masking.__all__ + rearrange.__all__  # noqa: F405
-_FUNCTIONS += ["scaled_dot_product_attention"]
+_FUNCTIONS += ["scaled_dot_product_attention", "matrix_power"]
 __all__ = sorted(set(REGISTRY) | set(_FUNCTIONS)) + ["REGISTRY", "OpDef", "lookup", "register"]

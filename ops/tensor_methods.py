@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from ops import rearrange
+from ops import decompositions, rearrange
 from ops.along_axis import pick
 from ops.masking import index_select, masked_fill
 from ops.registry import REGISTRY
@@ -151,4 +151,5 @@ METHODS = {
     # Matrix ops (ops.linalg, ops.determinant, ops.contraction), as torch.Tensor's methods.
     **{name: _matrix(name) for name in ("inverse", "det", "slogdet", "trace", "kron")},
     "cross": cross,
+    "matrix_power": lambda self, n: decompositions.matrix_power(self, n),
 }

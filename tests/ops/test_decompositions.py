@@ -404,3 +404,10 @@ def test_errors_name_the_op_input_and_shape(call):
         ops.qr(tape.Variable(np.eye(2)), mode="full")
     with pytest.raises(tape.AttrError, match="atol >= 0"):
         ops.pinv(tape.Variable(np.eye(2)), atol=-1.0)
+
+
+def test_matrix_power_is_in_ops_and_a_variable_method_as_in_torch():
+    a = np.array([[1.0, 2.0], [0.5, 1.0]])
+    want = torch.linalg.matrix_power(torch.tensor(a), 3).numpy()
+    np.testing.assert_allclose(ops.matrix_power(tape.Variable(a), 3).numpy(), want, rtol=1e-14)
+    np.testing.assert_allclose(tape.Variable(a).matrix_power(3).numpy(), want, rtol=1e-14)
