@@ -12,18 +12,9 @@ import ops
 import tape
 from ops.decompositions import matrix_power
 from tape.errors import DTypeError, ExecutionError, GraphError, ShapeError
+from tests.ops.linalg_helpers import GRAD_TOL, TOL, batches, dtypes, seeds, sizes
 
 torch = pytest.importorskip("torch")
-
-# Forward tolerances against torch in float64 on the same numbers: float32 kernels round at
-# ~1e-7 relative, amplified by the small (< 10) condition numbers drawn here.
-_TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-11)}
-_GRAD_TOL = (1e-8, 1e-10)  # gradients: float64 throughout
-
-_batches = st.lists(st.integers(0, 3), max_size=2).map(tuple)
-_sizes = st.integers(1, 4)
-_dtypes = st.sampled_from(["float32", "float64"])
-_seeds = st.integers(0, 2**31 - 1)
 
 
 def _separated(rng, shape):
@@ -76,17 +67,17 @@ def _column_signs(ours, theirs):
 
 
 @settings(max_examples=25, deadline=None)
-@given(batch=_batches, size=_sizes, n=st.integers(-3, 6), dtype=_dtypes, seed=_seeds)
+@given(batch=batches, size=sizes, n=st.integers(-3, 6), dtype=dtypes, seed=seeds)
 def test_matrix_power_matches_torch(batch, size, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = _shifted(rng, batch + (size, size)) / size  # powers of modest size
     out = matrix_power(tape.Variable(a.astype(dtype)), n)
     want = torch.linalg.matrix_power(torch.tensor(a.astype(dtype).astype(np.float64)), n)
     assert out.dtype == np.dtype(dtype) and out.shape == tuple(want.shape)
-    _close(out.numpy(), want.numpy(), _TOL[dtype])
+    _close(out.numpy(), want.numpy(), TOL[dtype])
     weight = rng.standard_normal(out.shape)
     got = _grads(lambda x: (matrix_power(x, n),), a, [weight])
-    _close(got, _torch_grads(lambda t: (torch.linalg.matrix_power(t, n),), a, [weight]), _GRAD_TOL)
+    _close(got, _torch_grads(lambda t: (torch.linalg.matrix_power(t, n),), a, [weight]), GRAD_TOL)
 
 
 def test_matrix_power_double_gradient_matches_torch():
@@ -113,17 +104,17 @@ def test_matrix_power_errors():
 
 
 @settings(max_examples=25, deadline=None)
-@given(batch=_batches, m=_sizes, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, m=sizes, n=sizes, dtype=dtypes, seed=seeds)
 def test_svdvals_matches_torch(batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(batch + (m, n))
     out = ops.svdvals(tape.Variable(a.astype(dtype)))
     want = torch.linalg.svdvals(torch.tensor(a.astype(dtype).astype(np.float64)))
     assert out.dtype == np.dtype(dtype) and out.shape == tuple(want.shape)
-    _close(out.numpy(), want.numpy(), _TOL[dtype])
+    _close(out.numpy(), want.numpy(), TOL[dtype])
     weight = [rng.standard_normal(out.shape)]
     got = _grads(lambda x: (ops.svdvals(x),), a, weight)
-    _close(got, _torch_grads(lambda t: (torch.linalg.svdvals(t),), a, weight), _GRAD_TOL)
+    _close(got, _torch_grads(lambda t: (torch.linalg.svdvals(t),), a, weight), GRAD_TOL)
 
 
 def _svd_weights(rng, u, s, vh, k, full):
@@ -137,13 +128,13 @@ def _svd_weights(rng, u, s, vh, k, full):
 
 @pytest.mark.parametrize("full_matrices", [False, True])
 @settings(max_examples=20, deadline=None)
-@given(batch=_batches, m=_sizes, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, m=sizes, n=sizes, dtype=dtypes, seed=seeds)
 def test_svd_matches_torch_up_to_signs(full_matrices, batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = _separated(rng, batch + (m, n))
     u, s, vh = ops.svd(tape.Variable(a.astype(dtype)), full_matrices=full_matrices)
     want = torch.linalg.svd(torch.tensor(a.astype(dtype).astype(np.float64)), full_matrices)
-    k, tol = min(m, n), _TOL[dtype]
+    k, tol = min(m, n), TOL[dtype]
     for got, expected in zip((u, s, vh), want):
         assert got.dtype == np.dtype(dtype) and got.shape == tuple(expected.shape)
     _close(s.numpy(), want.S.numpy(), tol)
@@ -164,7 +155,7 @@ def test_svd_matches_torch_up_to_signs(full_matrices, batch, m, n, dtype, seed):
     torch_wu[..., :, :k] *= signs
     torch_wv[..., :k, :] *= np.swapaxes(signs, -1, -2)
     want = _torch_grads(lambda t: torch.linalg.svd(t, full_matrices), a, [torch_wu, ws, torch_wv])
-    _close(got, want, _GRAD_TOL)
+    _close(got, want, GRAD_TOL)
 
 
 def test_svd_of_a_full_u_ignores_the_extra_columns_gradient_as_torch():
@@ -217,14 +208,14 @@ def test_svd_at_repeated_singular_values():
 
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 @settings(max_examples=20, deadline=None)
-@given(batch=_batches, m=_sizes, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, m=sizes, n=sizes, dtype=dtypes, seed=seeds)
 def test_qr_matches_torch_up_to_signs(mode, batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = _separated(rng, batch + (m, n))
     q, r = ops.qr(tape.Variable(a.astype(dtype)), mode=mode)
     tq, tr = (x.numpy() for x in torch.linalg.qr(torch.tensor(a.astype(np.float64)), mode=mode))
     assert q.shape == tq.shape and r.shape == tr.shape and r.dtype == np.dtype(dtype)
-    k, tol = min(m, n), _TOL[dtype]
+    k, tol = min(m, n), TOL[dtype]
     diagonal = np.diagonal(tr, axis1=-2, axis2=-1)
     signs = np.concatenate(
         [np.where(diagonal < 0, -1.0, 1.0), np.ones(batch + (r.shape[-2] - k,))], -1
@@ -241,7 +232,7 @@ def test_qr_matches_torch_up_to_signs(mode, batch, m, n, dtype, seed):
     got = _grads(lambda x: ops.qr(x, mode=mode), a, [wq, wr])
     torch_wq = None if wq is None else wq * signs[..., None, :]
     want = _torch_grads(lambda t: torch.linalg.qr(t), a, [torch_wq, wr * signs[..., :, None]])
-    _close(got, want, _GRAD_TOL)
+    _close(got, want, GRAD_TOL)
 
 
 def test_qr_gradient_refusals():
@@ -268,17 +259,17 @@ def test_qr_gradient_at_a_rank_deficient_matrix_is_an_execution_error():
 
 
 @settings(max_examples=25, deadline=None)
-@given(batch=_batches, m=_sizes, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, m=sizes, n=sizes, dtype=dtypes, seed=seeds)
 def test_pinv_matches_torch(batch, m, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = _separated(rng, batch + (m, n))
     out = ops.pinv(tape.Variable(a.astype(dtype)))
     want = torch.linalg.pinv(torch.tensor(a.astype(dtype).astype(np.float64)))
     assert out.dtype == np.dtype(dtype) and out.shape == tuple(want.shape)
-    _close(out.numpy(), want.numpy(), _TOL[dtype])
+    _close(out.numpy(), want.numpy(), TOL[dtype])
     weight = [rng.standard_normal(out.shape)]
     got = _grads(lambda x: (ops.pinv(x),), a, weight)
-    _close(got, _torch_grads(lambda t: (torch.linalg.pinv(t),), a, weight), _GRAD_TOL)
+    _close(got, _torch_grads(lambda t: (torch.linalg.pinv(t),), a, weight), GRAD_TOL)
 
 
 @pytest.mark.parametrize(
@@ -292,12 +283,12 @@ def test_pinv_tolerances_and_rank_deficient_matrices_as_torch(tolerances):
     for a in [_separated(rng, (2, 3, 4)), np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)]:
         out = ops.pinv(tape.Variable(a), **tolerances)
         want = torch.linalg.pinv(torch.tensor(a), **tolerances)
-        _close(out.numpy(), want.numpy(), _TOL[a.dtype.name])
+        _close(out.numpy(), want.numpy(), TOL[a.dtype.name])
     a = _separated(rng, (2, 3, 4))
     weight = [rng.standard_normal((2, 4, 3))]
     got = _grads(lambda x: (ops.pinv(x, **tolerances),), a, weight)
     want = _torch_grads(lambda t: (torch.linalg.pinv(t, **tolerances),), a, weight)
-    _close(got, want, _GRAD_TOL)
+    _close(got, want, GRAD_TOL)
 
 
 # ---- double gradients, sizes, errors --------------------------------------------------------
@@ -323,8 +314,8 @@ def _double(fn, torch_fn, a):
     t_loss = sum((o * torch.tensor(w)).sum() for o, w in zip(t_outs, weights))
     (t_first,) = torch.autograd.grad(t_loss, t, create_graph=True)
     (t_second,) = torch.autograd.grad((t_first * torch.tensor(direction)).sum(), t)
-    _close(first.numpy(), t_first.detach().numpy(), _GRAD_TOL)
-    _close(second.numpy(), t_second.numpy(), _GRAD_TOL)
+    _close(first.numpy(), t_first.detach().numpy(), GRAD_TOL)
+    _close(second.numpy(), t_second.numpy(), GRAD_TOL)
 
 
 def test_double_gradients_match_torch():

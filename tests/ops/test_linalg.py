@@ -12,18 +12,9 @@ from hypothesis.extra.numpy import mutually_broadcastable_shapes
 import ops
 import tape
 from tape.errors import DTypeError, ExecutionError, ShapeError
+from tests.ops.linalg_helpers import GRAD_TOL, TOL, batches, dtypes, seeds, sizes
 
 torch = pytest.importorskip("torch")
-
-# Forward tolerances against torch in float64 on the same numbers: float32 kernels round at
-# ~1e-7 relative, amplified by the (small, < 10) condition numbers of the inputs drawn here.
-_TOL = {"float32": (1e-4, 1e-5), "float64": (1e-9, 1e-11)}
-_GRAD_TOL = (1e-8, 1e-10)  # gradients: float64 throughout
-
-_batches = st.lists(st.integers(0, 3), max_size=2).map(tuple)
-_sizes = st.integers(1, 4)
-_dtypes = st.sampled_from(["float32", "float64"])
-_seeds = st.integers(0, 2**31 - 1)
 
 
 def _shifted(rng, shape):
@@ -51,7 +42,7 @@ def _compare(fn, torch_fn, arrays, dtype, grad_output=-1):
     _, outs = _ours(fn, arrays, dtype)
     expected = torch_fn(*[torch.tensor(a.astype(dtype).astype(np.float64)) for a in arrays])
     expected = list(expected) if isinstance(expected, tuple) else [expected]
-    rtol, atol = _TOL[dtype]
+    rtol, atol = TOL[dtype]
     for out, want in zip(outs, expected, strict=True):
         assert out.dtype == np.dtype(dtype) == out.numpy().dtype
         assert out.shape == tuple(want.shape)
@@ -67,7 +58,7 @@ def _compare(fn, torch_fn, arrays, dtype, grad_output=-1):
     )
     for got, want in zip(grads, torch_grads, strict=True):
         want = np.zeros(got.shape) if want is None else want.numpy()
-        np.testing.assert_allclose(got.numpy(), want, rtol=_GRAD_TOL[0], atol=_GRAD_TOL[1])
+        np.testing.assert_allclose(got.numpy(), want, rtol=GRAD_TOL[0], atol=GRAD_TOL[1])
 
 
 # ---- values and gradients against torch ------------------------------------------------------
@@ -83,7 +74,7 @@ _SQUARE = {
 
 @pytest.mark.parametrize("name", sorted(_SQUARE))
 @settings(max_examples=12, deadline=None)
-@given(batch=_batches, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, n=sizes, dtype=dtypes, seed=seeds)
 def test_square_ops_match_torch(name, batch, n, dtype, seed):
     fn, torch_fn = _SQUARE[name]
     _compare(fn, torch_fn, [_shifted(np.random.default_rng(seed), batch + (n, n))], dtype)
@@ -91,7 +82,7 @@ def test_square_ops_match_torch(name, batch, n, dtype, seed):
 
 @pytest.mark.parametrize("upper", [False, True])
 @settings(max_examples=12, deadline=None)
-@given(batch=_batches, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, n=sizes, dtype=dtypes, seed=seeds)
 def test_cholesky_matches_torch(upper, batch, n, dtype, seed):
     a = _spd(np.random.default_rng(seed), batch + (n, n))
     _compare(
@@ -105,11 +96,11 @@ def test_cholesky_matches_torch(upper, batch, n, dtype, seed):
 @settings(max_examples=25, deadline=None)
 @given(
     shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=2, max_side=3),
-    n=_sizes,
+    n=sizes,
     k=st.integers(0, 3),
     form=st.sampled_from(["matrix", "vector", "batched_vector"]),
-    dtype=_dtypes,
-    seed=_seeds,
+    dtype=dtypes,
+    seed=seeds,
 )
 def test_solve_matches_torch_with_broadcast_batches(shapes, n, k, form, dtype, seed):
     (a_batch, b_batch), _ = shapes
@@ -130,10 +121,10 @@ def test_solve_matches_torch_with_broadcast_batches(shapes, n, k, form, dtype, s
 @settings(max_examples=8, deadline=None)
 @given(
     shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=2, max_side=3),
-    n=_sizes,
+    n=sizes,
     k=st.integers(0, 3),
-    dtype=_dtypes,
-    seed=_seeds,
+    dtype=dtypes,
+    seed=seeds,
 )
 def test_solve_triangular_matches_torch(upper, left, unitriangular, shapes, n, k, dtype, seed):
     (a_batch, b_batch), _ = shapes
@@ -216,13 +207,13 @@ def _spectrum(rng, shape):
 
 
 @settings(max_examples=20, deadline=None)
-@given(batch=_batches, n=_sizes, dtype=_dtypes, seed=_seeds)
+@given(batch=batches, n=sizes, dtype=dtypes, seed=seeds)
 def test_eigh_matches_torch_up_to_eigenvector_signs(batch, n, dtype, seed):
     rng = np.random.default_rng(seed)
     a = _spectrum(rng, batch + (n, n))
     values, vectors = ops.eigh(tape.Variable(a.astype(dtype)))
     want_values, want_vectors = torch.linalg.eigh(torch.tensor(a.astype(dtype).astype(np.float64)))
-    rtol, atol = _TOL[dtype]
+    rtol, atol = TOL[dtype]
     np.testing.assert_allclose(values.numpy(), want_values.numpy(), rtol=rtol, atol=atol)
     signs = np.sign((vectors.numpy() * want_vectors.numpy()).sum(axis=-2, keepdims=True))
     np.testing.assert_allclose(vectors.numpy(), want_vectors.numpy() * signs, rtol=rtol, atol=atol)
