@@ -18,9 +18,19 @@ def mul(x, y):
     return apply(REGISTRY["elementwise_mul"], (x, y), NUMPY_AXIS)
 
 
+def add(x, y):
+    """x + y (numpy broadcasting)."""
+    return apply(REGISTRY["elementwise_add"], (x, y), NUMPY_AXIS)
+
+
 def sub(x, y):
     """x - y (numpy broadcasting)."""
     return apply(REGISTRY["elementwise_sub"], (x, y), NUMPY_AXIS)
+
+
+def div(x, y):
+    """x / y (numpy broadcasting)."""
+    return apply(REGISTRY["elementwise_div"], (x, y), NUMPY_AXIS)
 
 
 def neg(x):

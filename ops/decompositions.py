@@ -15,34 +15,25 @@ from collections import namedtuple
 
 import numpy as np
 
-from ops.compose import mul, neg, sub
+from ops.compose import add, div, mul, neg, sub
 from ops.linalg import (
+    MAIN_DIAGONAL,
     inverse,
     matrix_product,
     require_linalg_float,
+    require_matrix,
     require_square,
     solve_triangular,
+    swap_last,
     transposed,
     unsqueezed,
 )
 from ops.registry import Attr, register
-from tape.errors import GraphError, ShapeError
+from tape.errors import GraphError
 from tape.tape import apply
 
 SVD = namedtuple("SVD", ["U", "S", "Vh"])
 QR = namedtuple("QR", ["Q", "R"])
-
-_DIAGONAL = {"offset": 0, "axis1": -2, "axis2": -1}
-
-
-def _require_matrix(var, slot="A"):
-    if len(var.shape) < 2:
-        raise ShapeError(
-            None,
-            f"input {slot} must be a matrix or a batch of them",
-            expected=f"{slot}.shape == (..., m, n)",
-            actual=f"{slot}.shape={tuple(var.shape)}",
-        )
 
 
 def _peak_signs(xp, columns):
@@ -83,7 +74,7 @@ def matrix_power(a, n):
     require_linalg_float(("A", a))
     if n == 0:  # the identity in A's shape and dtype, on the tape with a zero gradient (torch)
         row = apply(reduce_sum, (a,), {**reduce_sum.defaults, "axis": (-1,)})
-        return apply(diagonal_grad, (a, apply(fill_ones_like, (row,), {})), _DIAGONAL)
+        return apply(diagonal_grad, (a, apply(fill_ones_like, (row,), {})), MAIN_DIAGONAL)
     base = apply(inverse, (a,), {}) if n < 0 else a
     result, n = None, abs(int(n))
     while True:  # binary exponentiation: base^n = product of base^(2^bit) over n's set bits
@@ -99,7 +90,7 @@ def matrix_power(a, n):
 
 
 def _infer_svdvals(attrs, a):
-    _require_matrix(a)
+    require_matrix(a)
     return (*a.shape[:-2], min(a.shape[-2:])), require_linalg_float(("A", a))
 
 
@@ -130,7 +121,7 @@ def _(g):
 
 
 def _infer_svd(attrs, a):
-    _require_matrix(a)
+    require_matrix(a)
     dtype = require_linalg_float(("A", a))
     *batch, m, n = a.shape
     k = min(m, n)
@@ -171,12 +162,10 @@ def svd(xp, attrs, a):
     u, s, vh = xp.linalg.svd(a, full_matrices=attrs["full_matrices"])
     k = s.shape[-1]
     u_signs = _peak_signs(xp, u)  # (..., 1, U's columns)
-    v_signs = xp.concatenate([u_signs[..., :k], _peak_signs(xp, _t(vh[..., k:, :]))], axis=-1)
-    return u * u_signs, s, vh * _t(v_signs)
-
-
-def _t(x):
-    return x.swapaxes(-1, -2)
+    v_signs = xp.concatenate(
+        [u_signs[..., :k], _peak_signs(xp, swap_last(vh[..., k:, :]))], axis=-1
+    )
+    return u * u_signs, s, vh * swap_last(v_signs)
 
 
 def _leading(var, axis, k):
@@ -189,17 +178,10 @@ def _leading(var, axis, k):
 
 
 def _add(x, y):
+    """x + y, or the one of them that is not None (a gradient's terms, some absent)."""
     if x is None or y is None:
         return y if x is None else x
-    from ops.elementwise import elementwise_add
-
-    return apply(elementwise_add, (x, y), {"axis": -1})
-
-
-def _div(x, y):
-    from ops.elementwise import elementwise_div
-
-    return apply(elementwise_div, (x, y), {"axis": -1})
+    return add(x, y)
 
 
 def _skew(x):
@@ -224,16 +206,16 @@ def svd_gradient(u, s, vh, gu, gs, gvh):
     squares = mul(s, s)
     gaps = sub(unsqueezed(squares, -2), unsqueezed(squares, -1))  # E[i, j] = S[j]^2 - S[i]^2
     # E + I: the diagonal (where inner is 0) divides by 1
-    ones = apply(diagonal_grad, (gaps, apply(fill_ones_like, (s,), {})), _DIAGONAL)
-    inner = _div(inner, _add(gaps, ones))
+    ones = apply(diagonal_grad, (gaps, apply(fill_ones_like, (s,), {})), MAIN_DIAGONAL)
+    inner = div(inner, _add(gaps, ones))
     if gs is not None:
-        inner = _add(inner, apply(diagonal_grad, (inner, gs), _DIAGONAL))
+        inner = _add(inner, apply(diagonal_grad, (inner, gs), MAIN_DIAGONAL))
     if m > n and gu is not None:  # [U G + (I - U U^T) dU S^{-1}] V^T
-        scaled = _div(gu, unsqueezed(s, -2))
+        scaled = div(gu, unsqueezed(s, -2))
         projected = sub(scaled, matrix_product(u, matrix_product(u, scaled, transpose_x=True)))
         return matrix_product(_add(matrix_product(u, inner), projected), vh)
     if m < n and gvh is not None:  # U [G V^T + S^{-1} dVh (I - V V^T)]
-        scaled = _div(gvh, unsqueezed(s, -1))
+        scaled = div(gvh, unsqueezed(s, -1))
         projected = sub(scaled, matrix_product(matrix_product(scaled, vh, transpose_y=True), vh))
         return matrix_product(u, _add(matrix_product(inner, vh), projected))
     return matrix_product(u, matrix_product(inner, vh))
@@ -254,7 +236,7 @@ def _(g):
 
 
 def _infer_qr(attrs, a):
-    _require_matrix(a)
+    require_matrix(a)
     dtype = require_linalg_float(("A", a))
     *batch, m, n = a.shape
     k = min(m, n)
@@ -342,7 +324,7 @@ def _(g):
 
 
 def _infer_pinv(attrs, a):
-    _require_matrix(a)
+    require_matrix(a)
     return (*a.shape[:-2], a.shape[-1], a.shape[-2]), require_linalg_float(("A", a))
 
 
@@ -383,7 +365,7 @@ def pinv(xp, attrs, a):
     cutoff = xp.maximum(atol or 0.0, rtol * xp.max(s, axis=-1, keepdims=True))
     kept = s > cutoff
     inverted = xp.where(kept, 1.0 / xp.where(kept, s, 1.0), 0.0).astype(a.dtype)
-    return (_t(vh) * inverted[..., None, :]) @ _t(u)
+    return (swap_last(vh) * inverted[..., None, :]) @ swap_last(u)
 
 
 @pinv.gradient

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from ops.compose import mul
+from ops.compose import mul, sub
 from ops.linalg import (
+    MAIN_DIAGONAL,
     as_matrices,
     infer_square,
     inverse,
     matrix_product,
     require_linalg_float,
+    require_matrix,
     require_square,
     transposed,
     unsqueezed,
 )
 from ops.reduce import accumulated_dtype
 from ops.registry import register
-from tape.errors import DTypeError, ShapeError
+from tape.errors import DTypeError
 from tape.tape import apply
 
 SlogDet = namedtuple("SlogDet", ["sign", "logabsdet"])
@@ -80,12 +82,10 @@ def cofactor(xp, attrs, a):
 @cofactor.gradient
 def _(g):
     (a,), (out,), (gout,) = g.inputs, g.outputs, g.gouts
-    from ops.elementwise import elementwise_sub
-
     solved = matrix_product(apply(inverse, (a,), {}), gout)  # A^{-1} H
     scaled = mul(as_matrices(apply(trace, (solved,), {})), out)
     corrected = matrix_product(out, solved, transpose_y=True)
-    return (apply(elementwise_sub, (scaled, corrected), elementwise_sub.defaults),)
+    return (sub(scaled, corrected),)
 
 
 def _infer_slogdet(attrs, a):
@@ -127,13 +127,7 @@ def _(g):
 
 
 def _infer_trace(attrs, x):
-    if len(x.shape) < 2:
-        raise ShapeError(
-            None,
-            "input X must be a matrix or a batch of them",
-            expected="X.shape == (..., m, n)",
-            actual=f"X.shape={x.shape}",
-        )
+    require_matrix(x, "X")
     if x.dtype.kind not in "iuf":
         raise DTypeError(
             None,
@@ -164,4 +158,4 @@ def _(g):
     (x,), (gout,) = g.inputs, g.gouts
     length = min(x.shape[-2:])
     diagonal = apply(broadcast_to, (unsqueezed(gout, -1),), {"shape": (*gout.shape, length)})
-    return (apply(diagonal_grad, (x, diagonal), {"offset": 0, "axis1": -2, "axis2": -1}),)
+    return (apply(diagonal_grad, (x, diagonal), MAIN_DIAGONAL),)

@@ -18,7 +18,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from ops.compose import mul, neg
+from ops.compose import add, div, mul, neg, sub
 from ops.infer import broadcast_shapes, promoted
 from ops.reduce import sum_to
 from ops.registry import Attr, register
@@ -45,6 +45,17 @@ def require_linalg_float(*slots):
     return promoted(*(var for _, var in slots))
 
 
+def require_matrix(var, slot="A"):
+    """A matrix or a batch of them: at least two axes (any extents)."""
+    if len(var.shape) < 2:
+        raise ShapeError(
+            None,
+            f"input {slot} must be a matrix or a batch of them",
+            expected=f"{slot}.shape == (..., m, n)",
+            actual=f"{slot}.shape={tuple(var.shape)}",
+        )
+
+
 def require_square(var, slot="A"):
     shape = tuple(var.shape)
     if len(shape) < 2 or shape[-1] != shape[-2]:
@@ -61,7 +72,12 @@ def infer_square(attrs, a):
     return a.shape, require_linalg_float(("A", a))
 
 
-def _t(a):
+# The main diagonal of the last two axes, as ``diagonal`` and ``diagonal_grad`` take it.
+MAIN_DIAGONAL = {"offset": 0, "axis1": -2, "axis2": -1}
+
+
+def swap_last(a):
+    """The array with its last two axes swapped (a view)."""
     return a.swapaxes(-1, -2)
 
 
@@ -218,15 +234,14 @@ def cholesky(xp, attrs, a):
     array([[2., 0.],
            [1., 1.]])
     """
-    symmetric = (a + _t(a)) * 0.5
+    symmetric = (a + swap_last(a)) * 0.5
     what = "input A is not positive definite (for a batch, at least one of its matrices)"
     lower = _checked(what, xp.linalg.cholesky, symmetric)
-    return _t(lower).copy() if attrs["upper"] else lower
+    return swap_last(lower).copy() if attrs["upper"] else lower
 
 
 @cholesky.gradient
 def _(g):
-    from ops.elementwise import elementwise_add
     from ops.triangular import tril
     from ops.unary import scale
 
@@ -234,13 +249,9 @@ def _(g):
     upper = g.attrs["upper"]
     lower, glower = (transposed(out), transposed(gout)) if upper else (out, gout)
     product = matrix_product(lower, glower, transpose_x=True)  # L^T dL
-    halves = apply(
-        elementwise_add,
-        (
-            apply(tril, (product,), {"diagonal": 0}),
-            transposed(apply(tril, (product,), {"diagonal": -1})),
-        ),
-        elementwise_add.defaults,
+    halves = add(
+        apply(tril, (product,), {"diagonal": 0}),
+        transposed(apply(tril, (product,), {"diagonal": -1})),
     )
     middle = apply(scale, (halves,), {**scale.defaults, "scale": 0.5})
     defaults = solve_triangular.defaults
@@ -301,10 +312,10 @@ def solve_triangular(xp, attrs, a, b):
     dtype = np.result_type(a.dtype, b.dtype)
     triangle = _triangle(xp, a.astype(dtype, copy=False), upper, attrs["unitriangular"])
     if not left:  # X T = B is T^T X^T = B^T
-        triangle, b = _t(triangle), _t(b)
+        triangle, b = swap_last(triangle), swap_last(b)
     triangle, b = _broadcast_batches(xp, dtype, triangle, b)
     out = _checked(_SINGULAR.replace("A is", "A's triangle is"), xp.linalg.solve, triangle, b)
-    return out if left else _t(out).copy()
+    return out if left else swap_last(out).copy()
 
 
 @solve_triangular.gradient
@@ -362,38 +373,29 @@ def eigh(xp, attrs, a):
     >>> ops.eigh(tape.Variable(np.array([[2.0, 1.0], [1.0, 2.0]]))).eigenvalues.numpy()
     array([1., 3.])
     """
-    values, vectors = xp.linalg.eigh((a + _t(a)) * 0.5)
+    values, vectors = xp.linalg.eigh((a + swap_last(a)) * 0.5)
     peaks = xp.argmax(xp.abs(vectors), axis=-2)[..., None, :]
     return values, vectors * xp.sign(xp.take_along_axis(vectors, peaks, axis=-2))
 
 
 @eigh.gradient
 def _(g):
-    from ops.elementwise import elementwise_add, elementwise_div, elementwise_sub
     from ops.fill import fill_ones_like
     from ops.triangular import diagonal_grad
     from ops.unary import scale
 
     (values, vectors), (gvalues, gvectors) = g.outputs, g.gouts
-    diagonal = {"offset": 0, "axis1": -2, "axis2": -1}
     inner = None
     if gvectors is not None:
         product = matrix_product(vectors, gvectors, transpose_x=True)  # X = V^T dV
-        skew = apply(elementwise_sub, (product, transposed(product)), elementwise_sub.defaults)
-        skew = apply(scale, (skew,), {**scale.defaults, "scale": 0.5})
-        gaps = apply(  # E[i, j] = L[j] - L[i]
-            elementwise_sub,
-            (unsqueezed(values, -2), unsqueezed(values, -1)),
-            elementwise_sub.defaults,
-        )
+        skew = apply(scale, (sub(product, transposed(product)),), {**scale.defaults, "scale": 0.5})
+        gaps = sub(unsqueezed(values, -2), unsqueezed(values, -1))  # E[i, j] = L[j] - L[i]
         # F = E / (E^2 + I): 1 / E off the diagonal, 0 on it, and differentiable as such
-        identity = apply(diagonal_grad, (gaps, apply(fill_ones_like, (values,), {})), diagonal)
-        squares = apply(elementwise_add, (mul(gaps, gaps), identity), elementwise_add.defaults)
-        spread = apply(elementwise_div, (gaps, squares), elementwise_div.defaults)
-        inner = mul(spread, skew)
+        identity = apply(diagonal_grad, (gaps, apply(fill_ones_like, (values,), {})), MAIN_DIAGONAL)
+        inner = mul(div(gaps, add(mul(gaps, gaps), identity)), skew)
     if gvalues is not None:
-        placed = apply(diagonal_grad, (vectors, gvalues), diagonal)
-        inner = placed if inner is None else apply(elementwise_add, (inner, placed), {"axis": -1})
+        placed = apply(diagonal_grad, (vectors, gvalues), MAIN_DIAGONAL)
+        inner = placed if inner is None else add(inner, placed)
     if inner is None:
         return (None,)
     return (matrix_product(vectors, matrix_product(inner, vectors, transpose_y=True)),)
