@@ -31,6 +31,7 @@ from ops import collective  # noqa: F401
 from ops import fused  # noqa: F401  (fused_elementwise: the fusion pass's kernels)
 from ops import batched_call  # noqa: F401  (batched_call: autobatched groups in plans)
 from ops import call  # noqa: F401  (call: tape.traced functions)
+from ops import regions  # noqa: F401  (call_region: a lazy step's traced calls as one op)
 from tape import operators as _operators
 from tape import tape as _engine
 

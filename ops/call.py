@@ -109,6 +109,8 @@ class Program:
             )
         self.dtype = out_descs[0][1]
         self.sizes = tuple(math.prod(shape) for shape, _ in out_descs)
+        # (a call's output: the one result as it is, or every result flattened and joined)
+        self._out_shape = self.out_descs[0][0] if len(self.out_descs) == 1 else (sum(self.sizes),)
         self._grads, self._vectorised = {}, {}
         # (the results as the call's Parts: none for one result, which is Out itself)
         self.part_descs = list(self.out_descs) if len(self.out_descs) > 1 else []
@@ -123,7 +125,7 @@ class Program:
     @property
     def out_shape(self):
         """A call's output: the one result as it is, or every result flattened and joined."""
-        return self.out_descs[0][0] if len(self.out_descs) == 1 else (sum(self.sizes),)
+        return self._out_shape
 
     def __repr__(self):
         return f"<traced {self.name}: {len(self.steps)} ops>"

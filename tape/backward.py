@@ -22,6 +22,7 @@ from ops.xp import array_module
 from tape import (
     backward_faults,
     batched_backward,
+    call_region,
     collector,
     eager_speculation,
     grad_memo,
@@ -89,6 +90,7 @@ _ACCUMULATING = threading.RLock()
 
 def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
     """d(loss)/d(input) for each of ``inputs`` (leaves or not), without touching ``.grad()``."""
+    call_region.check_wanted(inputs)
     wanted = {id(v): None for v in inputs}
     gradients(tape, loss, grad, retain_graph, create_graph, wanted)
     return [wanted[id(v)] for v in inputs]
@@ -100,6 +102,8 @@ def gradients(tape, loss, seed=None, retain_graph=False, create_graph=False, wan
     A lazy backward of a tape structure seen before replays the gradient ops it recorded then
     (``tape.replay``): a training loop runs its gradient makers once. A backward that failed
     part-way is resumed where it stopped (``tape.backward_faults``)."""
+    if tape._region is not None:  # (the traced calls recorded as rows: now one op)
+        call_region.seal(tape)
     progress = backward_faults.resumable(tape, loss, seed, retain_graph, create_graph, wanted)
     if progress is not None:
         if tape.lazy:  # (only a scan that drops ops leaves progress: ``_after_forward``'s)

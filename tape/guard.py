@@ -94,6 +94,11 @@ def pending_readers(var):
     with LOCK:
         tapes = list(LIVE_TAPES)
     for tape in tapes:
+        region = tape._region
+        if region is not None and var in region.live_of:  # (its calls read var when they run)
+            from tape import call_region
+
+            call_region.seal(tape)
         for op in tape._pending_ops:
             if any(v is var for v in op.input_vars()):
                 outputs.extend(v for v in op.output_vars() if v is not var)

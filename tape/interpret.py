@@ -712,6 +712,8 @@ def _value(var, staged):
 
 def _store(op, results, staged, is_numpy):
     inputs = op.args if op.defn.simple_inputs else op.input_vars()
+    if len(inputs) > 8:  # (a region of traced calls: hundreds of inputs and outputs)
+        inputs = set(map(id, inputs))  # (their ids: _put's look-up)
     for entry, result in zip(op.results, results):
         if entry is None:
             continue
@@ -725,7 +727,9 @@ def _store(op, results, staged, is_numpy):
 def _put(var, value, inputs, staged, is_numpy):
     if is_numpy and value.__class__ is not _NDARRAY:
         value = np.asarray(value)
-    if any(var is a for a in inputs) or id(var) in staged:
+    # (``inputs``: the op's inputs, or, where many, a set of their ids)
+    bound = id(var) in inputs if inputs.__class__ is set else any(var is a for a in inputs)
+    if bound or id(var) in staged:
         staged[id(var)] = (var, value)  # an in-place update: committed with the run
     else:
         var._value, var._pending = value, None

@@ -37,6 +37,7 @@ import numpy as np
 from ops.xp import to_numpy
 from tape import (
     autobatch_choice,
+    call_region,
     collector,
     eager_speculation,
     guard,
@@ -186,6 +187,8 @@ class lazy:
         entered = entered()
         state.lazy = outer
         current = state.tape
+        if current is not None and current._region is not None:
+            call_region.seal(current)
         try:
             if (
                 current is not None
@@ -327,7 +330,10 @@ def explain(tape=None) -> str:
     way = getattr(tape, "_eager_way", None)
     batched = getattr(tape, "_last_autobatch", None)
     choice = getattr(tape, "_last_choice", None)
+    region = getattr(tape, "_last_region", None)
     lines = [] if way is None else [_explain_eager_way(way)]
+    if region is not None:
+        lines += call_region.explain(region)
     if batched is not None:
         lines.append(_explain_autobatch(*batched))
         differentiated = getattr(tape, "_batched_backward", None)
@@ -427,6 +433,8 @@ def _explain_batched_backward(counts, alone):
 
 
 def _run(tape, targets, choice=None, interpreted=False, keyless=False):
+    if tape._region is not None:  # (the traced calls recorded as rows: now one op)
+        call_region.seal(tape)
     if targets and not tape._pending_ops and all(v._value is not None for v in targets):
         for var in targets:  # nothing can be owed to them: they are up to date
             var._pending = None

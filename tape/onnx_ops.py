@@ -311,6 +311,8 @@ NOT_EXPORTABLE.update(
         "fused_elementwise": "a lazy plan's fused group, never on a recorded tape: export the ops",
         "batched_call": "a lazy plan's autobatched group, never on a recorded tape: export the ops",
         "call": "a tape.traced function's call (recorded lazily only): export the model eagerly",
+        "call_region": "a lazy step's traced calls as one op (lazily only): export eagerly",
+        "call_region_grad": "the gradient of a lazy step's traced calls, never exported",
         "gather_rows": "a lazy plan's gather for an autobatched group, never on a recorded tape",
     }
 )

@@ -16,7 +16,7 @@ import numpy as np
 
 from ops import registry
 from ops.xp import _NDARRAY, array_module, default_module
-from tape import collector, eager_speculation, guard, stale, transaction
+from tape import call_region, collector, eager_speculation, guard, stale, transaction
 from tape.constants import as_inputs
 from tape.errors import ExecutionError, FluidError, user_location
 from tape.guard import SHARED
@@ -60,6 +60,7 @@ class Tape:
         self.speculated = self.probe = self._unbatched_forward = False
         self.started = None  # (a step's global tape: when it started, for autobatch's choice)
         self.traced_calls = False  # (whether a tape.traced function's call was recorded)
+        self._region = None  # (the open region of traced calls: tape.call_region)
         # (whether an op was recorded into given output Variables, add_op's ``outputs``: only
         # then may an output be bound to one of its op's inputs)
         self.bound_outputs = False
@@ -106,6 +107,8 @@ class Tape:
 
     def forward(self):
         """Runs whatever has not run yet (lazy tapes); eager tapes have nothing pending."""
+        if self._region is not None:
+            call_region.seal(self)
         if self.lazy:
             pending = [v for op in self.ops for v in op.output_vars() if v._value is None]
             if pending:
@@ -134,6 +137,7 @@ class Tape:
 
     def reset(self):
         self._ops, self._structure, self._written, self._resume = [], None, {}, None
+        self._region = None
 
     def maybe_compact(self):
         """``compact()`` once the tape has doubled since it was last compacted (amortised: a
@@ -334,6 +338,8 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferre
     records the op (calling back with ``observed=True``). ``inferred``: the outputs'
     descriptions, from the same op checked on the same shapes before (``apply_inferred``).
     """
+    if tape._region is not None:  # (traced calls recorded as rows: sealed before a reader)
+        call_region.before_op(tape, defn, args, given)
     if _HOOK is not None and not observed:
         return _HOOK.record(tape, defn, args, attrs, given)
     if state.trusted and defn.fast and given is None:

@@ -34,7 +34,8 @@ from ops.call import Program, Step, call, unpack
 from ops.fill import fill_zeros_like
 from ops.shape import concat, reshape
 from ops.xp import _on_gpu
-from tape import tier_choice
+from tape import call_region, guard, instrument, tier_choice
+from tape import tape as _engine
 from tape.errors import FluidError, GraphError, InputError, user_location
 from tape.tape import Tape, apply, record_lazy, state
 from tape.variable import Variable
@@ -46,6 +47,7 @@ class TracedFunction:
     def __init__(self, fn):
         self.fn = fn
         self.programs = {}  # signature -> Program
+        self.rows = {}  # a region row's flat key -> Program (tape.call_region.record)
         self.attribute = None  # (the name it is a method under: __set_name__)
         functools.update_wrapper(self, fn, updated=())
 
@@ -75,11 +77,17 @@ class TracedFunction:
             # (its ops recorded as they come: eager, exact=True, or options that compile every
             # structure; arrays as Variables, as a trace gives them to the function)
             return self.fn(*[Variable(a) if _is_array(a) else a for a in args])
+        current.traced_calls = True
+        if _in_regions(current):  # (a row of the step's region: tape.call_region)
+            result = call_region.record(self, current, args, state.grad_enabled, state.location)
+            if result is not None:
+                return result
+        if current._region is not None:  # (this call may read the region's results)
+            call_region.seal(current)
         key, inputs, watched = _signature(self.fn, args, current)  # (program_for's look-up)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
-        current.traced_calls = True
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = record_lazy(
             current,
@@ -91,6 +99,15 @@ class TracedFunction:
             watched,  # (no shared argument: the program is the signature, CallHandle)
         )
         return tuple(parts) if parts else out
+
+    def program_on(self, tape, args):
+        """The Program a lazy call with ``args`` on ``tape`` runs (traced now if it was not
+        yet)."""
+        key, inputs, _ = _signature(self.fn, args, tape)
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = trace(self.fn, args, key, inputs)
+        return program
 
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
@@ -122,6 +139,23 @@ def _lazy_options():
     # (the module: ``tape.lazy`` the package exports is the context manager)
     _OPTIONS = importlib.import_module("tape.lazy").options
     return _OPTIONS
+
+
+def _in_regions(tape):
+    """Whether a lazy call on ``tape`` is recorded as a row of its region
+    (``tape.call_region``): where calls are autobatched, and nothing observes or guards
+    each op as it is recorded (what ``record_lazy`` would hand to ``apply``); never on a
+    trace's own tape (a traced function calling another records a call step)."""
+    return (
+        call_region.ENABLED
+        and tape.__class__ is not _TraceTape
+        and _OPTIONS.autobatch is not None
+        and _engine._HOOK is None
+        and _engine.record is _engine._RECORD
+        and not _engine.SHARED
+        and not state.trusted
+        and instrument.ACTIVE is None
+    )
 
 
 def _is_array(value):
@@ -187,7 +221,14 @@ def _signature(fn, args, tape):
 
 
 class _TraceTape(Tape):
-    """The private lazy tape a trace records on: nothing runs on it."""
+    """The private lazy tape a trace records on: nothing runs on it, so nothing guards it
+    (``tape.guard``: a Variable given a new value while a trace's tape lingers, as the
+    collector is paused in a step, must not run the trace's ops)."""
+
+    def __init__(self, lazy=True):
+        super().__init__(lazy=lazy)
+        with guard.LOCK:
+            guard.LIVE_TAPES.discard(self)
 
     def realize(self, variables):
         raise GraphError(

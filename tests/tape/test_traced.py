@@ -17,6 +17,7 @@ import layers
 import ops
 import optim
 import tape
+from tape import call_region
 from tape.errors import ExecutionError, GraphError, InputError, ShapeError
 from tests.scheduler.test_autobatch import STEPS
 from tests.scheduler.test_autobatch import _params as autobatch_params
@@ -28,6 +29,14 @@ LAZY_MODES = [
     pytest.param({"autobatch": True}, id="batched"),
     pytest.param({}, id="default"),
 ]
+
+
+@pytest.fixture
+def one_op_per_call(monkeypatch):
+    """Calls recorded one op each (``ops.call``), as where no region is used (an observer,
+    ``autobatch=False``): the tests using it specify that engine's schedule and batched
+    backward; ``tests/tape/test_call_region.py`` specifies regions."""
+    monkeypatch.setattr(call_region, "ENABLED", False)
 
 
 def _tree_params(seed=0, dtype=np.float64):
@@ -126,6 +135,7 @@ def test_with_exact_a_traced_function_records_its_ops_inline():
     assert not outer.programs and not inner.programs
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_an_inner_block_with_exact_records_inline_and_the_outer_block_calls_again():
     w = tape.Variable(np.ones((2, 2)), requires_grad=True)
     f = tape.traced(lambda x: ops.tanh(ops.matmul(x, w)))
@@ -152,6 +162,7 @@ def test_eagerly_a_traced_function_is_the_function():
     assert traced_leaf.__name__ == "leaf"
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_calls_ready_together_run_as_one_batched_call_forward_and_backward():
     p = _tree_params()
     leaf, node = _tree_model(p)
@@ -166,6 +177,7 @@ def test_calls_ready_together_run_as_one_batched_call_forward_and_backward():
     assert "batched call of _tree_model.<locals>.leaf x32" in text, text  # (named)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_call_alone_runs_its_program_vectorised_forward_and_backward():
     """One member: the generated vectorised run beats interpreting the program op by op, and
     its backward reads what the forward kept (a sentence's last words, a lone tree)."""
@@ -188,6 +200,7 @@ def test_a_call_alone_runs_its_program_vectorised_forward_and_backward():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_result_of_a_call_can_be_the_loss():
     """The backward starts at a call's part (not read by any op): its gradient is collected
     where the part lies in its call's packed output."""
@@ -212,6 +225,7 @@ def test_a_result_of_a_call_can_be_the_loss():
     np.testing.assert_allclose(got[False][1], got[True][1], rtol=1e-12)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_parts_no_op_reads_get_their_values_only_where_someone_holds_them(monkeypatch):
     """A call's results are views of its packed output; where no op reads them (calls read
     the packed output), only those the user holds are given their view, as the executor
@@ -252,6 +266,7 @@ def test_parts_no_op_reads_get_their_values_only_where_someone_holds_them(monkey
     assert len(filled) > 20
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_calls_group_by_program_and_which_parameters_they_are_passed():
     """A call's signature is its program (which fixes its inputs' shapes) and the identity of
     each shared input: calls passed different parameters run as different groups."""
@@ -300,6 +315,7 @@ def test_a_piece_names_its_packed_layout_so_calls_of_other_layouts_trace_apart()
         np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_call_with_no_shared_argument_is_looked_up_by_its_program():
     """The autobatching pass looks such a call's signature up by its program instead of
     scanning its inputs (``CallHandle.watched``: the positions of the user's own Variables
@@ -356,6 +372,7 @@ def test_a_variable_made_a_parameter_after_the_call_is_read_per_call():
     np.testing.assert_allclose(lazy[1], np.tanh(xs[1] @ ws[1]), rtol=1e-12)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_call_made_by_hand_with_other_parameters_is_not_grouped_with_traced_calls():
     """A traced call's signature leaves out the parameters its program passes after the
     arguments (the same Variables in every traced call); a call of the same program made by
@@ -497,6 +514,7 @@ def test_a_program_is_traced_once_per_signature():
     assert len(program._grads) >= 1  # (its gradient traced once, on the first backward)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_results_passed_between_calls_are_read_packed():
     """A call's results are its Parts (views of its packed output); a call reading another
     call's results reads the packed output itself, which the program slices: no op between
@@ -516,6 +534,7 @@ def test_results_passed_between_calls_are_read_packed():
         np.testing.assert_array_equal(h.numpy(), outer.results[0].numpy()[:H])
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_results_read_by_other_ops_get_their_gradients_in_a_batched_backward():
     w = tape.Variable(np.random.default_rng(0).standard_normal((3, 3)), requires_grad=True)
 
@@ -555,6 +574,7 @@ def _gradient_runs(monkeypatch):
     return call, runs
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_batched_backward_reads_the_values_its_forward_computed(monkeypatch):
     """A group's gradient program replays the function before differentiating it; its batched
     backward takes those values from the forward run instead, and gives the same bits."""
@@ -600,6 +620,7 @@ def test_a_batched_backward_reads_the_values_its_forward_computed(monkeypatch):
         np.testing.assert_array_equal(got[1][name], want[1][name], err_msg=name)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 def test_a_group_whose_members_differ_in_what_needs_a_gradient_computes_it_again(monkeypatch):
     """The forward keeps values for its first member's inputs needing gradients; a group whose
     other members need more runs the gradient that recomputes them (values still right)."""
@@ -918,6 +939,7 @@ def test_random_traced_programs_equal_their_ops_run_eagerly(program, rows, count
     count=st.integers(2, 6),
     hold=st.booleans(),
 )
+@pytest.mark.usefixtures("one_op_per_call")
 def test_random_chains_of_two_result_calls_batched_equal_eager(program, rows, count, hold):
     """Calls batched across examples (inputs computed per example), each returning two results,
     the second call reading the first's (packed) and the loss reading only the last call's:

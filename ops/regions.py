@@ -1,0 +1,317 @@
+"""The ops ``call_region`` and ``call_region_grad``: a lazy step's traced calls
+(``tape.call_region``) run group by group, and their gradient.
+
+Forward: the groups run in order of level (a group reads only lower levels). Each group's
+program runs vectorised over its members (``ops.call.Vectorised``, as ``ops.call``'s batch
+rule runs it), its inputs gathered along a new leading axis by one index per input: the
+results of all calls of one packed shape and dtype live in one *store* (rows: group after
+group, so a group's results are consecutive rows), and a group's input that is a result of
+other calls is ``store[positions[refs]]``, whichever groups computed them (a tree node's
+children: leaves and nodes of several heights). Inputs from outside are stacked, parameters
+passed as they are. What each group's gradient reads is kept (``Vectorised.saved_plan``).
+
+Backward: gradient stores of the same layout, the output gradients added into their rows;
+then the groups in reverse order, each reading its rows' gradients as one slice, running its
+gradient program vectorised (parameters' gradients summed over the members) and adding its
+inputs' gradients into their rows by one indexed add per input (``np.add.at`` where a result
+is read twice). No Variable is made per call in either direction: the cost per call is a few
+array elements of bookkeeping, and per group a few numpy calls.
+
+Results equal the calls run one at a time within the rounding of products over more rows and
+of sums in another order, as autobatching's (``tape.lazy(exact=True)`` records the calls'
+ops instead). An error inside a group is reported at the failing op of the traced function,
+with the first call's line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ops.registry import Attr, register
+from ops.xp import array_module
+from tape.batched_backward import _stand_in
+from tape.errors import FluidError, GraphError
+from tape.tape import apply, state
+
+
+def _exported_descs(region):
+    descs = []
+    for row, index in region.exported:
+        group = region.row_group(row)
+        program = group.program
+        if index < 0:
+            descs.append((program.out_shape, program.dtype))
+        else:
+            descs.append((program.part_descs[index][0], program.dtype))
+    return descs
+
+
+def _infer(attrs, xs):
+    return (_exported_descs(attrs["region"]),)
+
+
+@register(
+    "call_region",
+    inputs=("X*",),
+    outputs=("Out*",),
+    attrs={"region": Attr("any", required=True)},
+    infer=_infer,
+    returns=lambda results: results[0],
+)
+def call_region(xp, attrs, xs):
+    """Out = the results someone holds of the traced calls of a region
+    (``tape.call_region``), X the Variables the calls read from outside; the calls run
+    group by group, each group's program vectorised over its members.
+
+    dX = call_region_grad: the groups' gradient programs, vectorised, in reverse order.
+    """
+    return (forward(attrs["region"], xp, list(xs)),)
+
+
+@call_region.gradient
+def _(g):
+    region = g.attrs["region"]
+    (live,), (gouts,) = g.inputs, g.gouts
+    grads = [None] * len(live)
+    given = tuple(k for k, gout in enumerate(gouts or ()) if gout is not None)
+    wanted = tuple(e for e, var in enumerate(live) if var.requires_grad)
+    if not given or not wanted:
+        return (grads,)
+    if state.grad_enabled:
+        raise GraphError(
+            "call_region",
+            "a gradient of traced calls batched as one region cannot be differentiated again",
+            hint="use tape.lazy(autobatch=False) where the backward builds a graph",
+            location=region.locations[0],
+        )
+    attrs = {"region": region, "given": given, "wanted": wanted}
+    results = apply(call_region_grad, ([gouts[k] for k in given],), attrs)
+    for e, grad in zip(wanted, results):
+        grads[e] = grad
+    return (grads,)
+
+
+def _infer_grad(attrs, gouts):
+    live = attrs["region"].live
+    return ([(tuple(live[e].shape), live[e].dtype) for e in attrs["wanted"]],)
+
+
+@register(
+    "call_region_grad",
+    inputs=("G*",),
+    outputs=("Out*",),
+    attrs={
+        "region": Attr("any", required=True),
+        "given": Attr("any", required=True),
+        "wanted": Attr("any", required=True),
+    },
+    infer=_infer_grad,
+    differentiable=False,
+    returns=lambda results: results[0],
+)
+def call_region_grad(xp, attrs, gouts):
+    """Out = the gradients of a region's inputs numbered ``wanted``, from G, the gradients
+    of its outputs numbered ``given`` (``call_region``'s gradient)."""
+    return (backward(attrs["region"], xp, attrs["given"], attrs["wanted"], list(gouts)),)
+
+
+# ---- the forward -----------------------------------------------------------------------------
+
+
+def forward(region, xp, live_values):
+    """The values of the region's exported results, its live inputs being ``live_values``."""
+    groups = sorted(region.groups.values(), key=_level)
+    kinds, counts = {}, []  # (row shape, dtype) -> store number; rows per store
+    positions = np.empty(len(region.levels), np.intp)
+    for group in groups:
+        program = group.program
+        desc = (program.out_shape, program.dtype)
+        kind = kinds.get(desc)
+        if kind is None:
+            kind = kinds[desc] = len(counts)
+            counts.append(0)
+        n = len(group.rows)
+        group.kind, group.base = kind, counts[kind]
+        positions[group.rows] = np.arange(counts[kind], counts[kind] + n)
+        counts[kind] += n
+    stores = [xp.empty((count, *shape), dtype) for (shape, dtype), count in zip(kinds, counts)]
+    region.kinds, region.stores, region.positions = kinds, stores, positions
+    for group in groups:
+        program, n = group.program, len(group.rows)
+        values = _gathered(region, group, xp, live_values)
+        captured = region.captured[program][0]
+        values += [live_values[e] for e in captured]
+        each = group.each or (True,) * group.refs.shape[1]
+        vectorised = program.vectorised(each + (False,) * len(captured))
+        try:
+            out, group.saved = _run(vectorised, xp, values, group.mask())
+        except FluidError as err:
+            location = err.location or region.locations[group.rows[0]]
+            raise err.with_context(location=location) from None
+        stores[group.kind][group.base : group.base + n] = out.reshape((n, *program.out_shape))
+    return [_exported_value(region, row, index) for row, index in region.exported]
+
+
+def _level(group):
+    return group.level
+
+
+def _run(vectorised, xp, values, mask):
+    """The group's packed results, and what its gradient for ``mask`` reads: (mask, the values
+    it would compute again, its inputs with stand-ins for those it does not read), or None."""
+    if not mask:
+        return vectorised.run(xp, values), None
+    keep, unread = vectorised.grad(mask).inner.saved_plan()[2:]
+    if keep:
+        out, kept = vectorised.run(xp, values, keep)
+    else:
+        out, kept = vectorised.run(xp, values), None
+    inputs = [
+        _stand_in(xp, value.shape, value.dtype) if j in unread else value
+        for j, value in enumerate(values)
+    ]
+    return out, (mask, kept, inputs)
+
+
+def _gathered(region, group, xp, live_values):
+    """The group's per-call inputs, each stacked over its members (or, shared, as it is)."""
+    refs, stores, positions = group.refs, region.stores, region.positions
+    in_descs, each = group.program.in_descs, group.each
+    values = []
+    for j in range(refs.shape[1]):
+        column = refs[:, j]
+        if each is not None and not each[j]:
+            values.append(live_values[(-1 - int(column[0])) // 2])
+            continue
+        shape, dtype = in_descs[j]
+        if column.min() >= 0:
+            values.append(stores[region.kinds[(shape, dtype)]][_on(xp, positions[column])])
+            continue
+        members = [_one_input(region, int(ref), xp, live_values, shape, dtype) for ref in column]
+        values.append(xp.stack(members))
+    return values
+
+
+def _one_input(region, ref, xp, live_values, shape, dtype):
+    if ref >= 0:
+        return region.stores[region.kinds[(shape, dtype)]][region.positions[ref], ...]
+    number, const = divmod(-1 - ref, 2)
+    value = region.consts[number] if const else live_values[number]
+    return value if xp is np else xp.asarray(value)
+
+
+def _exported_value(region, row, index):
+    group = region.row_group(row)
+    program = group.program
+    value = region.stores[group.kind][region.positions[row], ...]
+    if index < 0:
+        return value
+    start = sum(program.sizes[:index])
+    return value[start : start + program.sizes[index]].reshape(program.part_descs[index][0])
+
+
+# ---- the backward ----------------------------------------------------------------------------
+
+
+def backward(region, xp, given, wanted, gouts):
+    """The gradients of the live inputs numbered ``wanted`` from those of the exported
+    results numbered ``given`` (``gouts``), through the groups in reverse order."""
+    if region.stores is None:
+        raise GraphError("call_region_grad", "the region's forward has not run")
+    stores, saved = region.stores, {}
+    if array_module(stores[0]) is not xp:  # (a forward run on another device: tests)
+        stores, saved = _moved(region, xp)
+    positions = region.positions
+    grad_stores = [xp.zeros_like(store) for store in stores]
+    for k, gout in zip(given, gouts):
+        row, index = region.exported[k]
+        group = region.row_group(row)
+        store, position = grad_stores[group.kind], positions[row]
+        if index < 0:
+            store[position, ...] += gout
+        else:
+            start = sum(group.program.sizes[:index])
+            store[position, start : start + group.program.sizes[index]] += gout.reshape(-1)
+    totals = {}  # live number -> its gradient so far
+    for group in sorted(region.groups.values(), key=_level, reverse=True):
+        facts = saved.get(group, group.saved)
+        if facts is None:
+            continue
+        mask, kept, inputs = facts
+        program, n = group.program, len(group.rows)
+        captured = region.captured[program][0]
+        each = group.each or (True,) * group.refs.shape[1]
+        vectorised = program.vectorised(each + (False,) * len(captured))
+        gout = grad_stores[group.kind][group.base : group.base + n]
+        gout = gout.reshape((n, *program.out_shape))
+        try:
+            pieces = vectorised.grad(mask).pieces(xp, inputs + [gout], kept)
+        except FluidError as err:
+            location = err.location or region.locations[group.rows[0]]
+            raise err.with_context(location=location) from None
+        width = group.refs.shape[1]
+        for j, piece in zip(mask, pieces):
+            if j >= width:  # (a parameter the program reads: its total over the members)
+                _accumulate(totals, captured[j - width], piece)
+                continue
+            column = group.refs[:, j]
+            if not each[j]:
+                _accumulate(totals, (-1 - int(column[0])) // 2, piece)
+                continue
+            shape, dtype = program.in_descs[j]
+            results = column >= 0
+            if results.all():
+                _add_rows(region, grad_stores[region.kinds[(shape, dtype)]], column, piece)
+                continue
+            if results.any():
+                _add_rows(
+                    region,
+                    grad_stores[region.kinds[(shape, dtype)]],
+                    column[results],
+                    piece[_on(xp, results)],
+                )
+            for member in np.flatnonzero(~results):
+                number, const = divmod(-1 - int(column[member]), 2)
+                if not const:
+                    _accumulate(totals, number, piece[member])
+    live = region.live
+    return [totals[e] if e in totals else xp.zeros(live[e].shape, live[e].dtype) for e in wanted]
+
+
+def _moved(region, xp):
+    """The forward's stores and what each group saved, on ``xp``'s device."""
+    saved = {}
+    for group in region.groups.values():
+        if group.saved is not None:
+            mask, kept, inputs = group.saved
+            kept = None if kept is None else [xp.asarray(value) for value in kept]
+            saved[group] = mask, kept, [xp.asarray(value) for value in inputs]
+    return [xp.asarray(store) for store in region.stores], saved
+
+
+def _add_rows(region, target, rows, values):
+    """Adds ``values`` into the rows of ``target`` holding the results of the calls ``rows``:
+    by one indexed add, or, where a call's result is read twice among them, ``np.add.at``
+    (a result read twice in the region is read twice by one group's input only rarely: a
+    tagger's states are read by the next step and by the loss, two groups)."""
+    xp = array_module(target)
+    positions = _on(xp, region.positions[rows])
+    if region.repeated and int(region.read[rows].max()) > 1:
+        ordered = np.sort(rows)
+        if (ordered[1:] == ordered[:-1]).any():
+            xp.add.at(target, positions, values)
+            return
+    target[positions] += values
+
+
+def _on(xp, index):
+    """A host index array on ``xp``'s device."""
+    return index if xp is np else xp.asarray(index)
+
+
+def _accumulate(totals, number, grad):
+    previous = totals.get(number)
+    totals[number] = grad if previous is None else previous + grad
+
+
+__all__ = ["call_region", "call_region_grad", "forward", "backward"]
