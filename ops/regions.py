@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ops import buffers
 from ops.registry import Attr, register
 from ops.xp import array_module
-from tape.batched_backward import _stand_in
+from tape.batched_backward import _stand_in, _zeros
 from tape.errors import FluidError, GraphError
 from tape.tape import apply, state
 
@@ -134,7 +135,7 @@ def forward(region, xp, live_values):
         group.kind, group.base = kind, counts[kind]
         positions[group.rows] = np.arange(counts[kind], counts[kind] + n)
         counts[kind] += n
-    stores = [xp.empty((count, *shape), dtype) for (shape, dtype), count in zip(kinds, counts)]
+    stores = [_rows(xp, count, shape, dtype) for (shape, dtype), count in zip(kinds, counts)]
     region.kinds, region.stores, region.positions = kinds, stores, positions
     for group in groups:
         program, n = group.program, len(group.rows)
@@ -150,6 +151,15 @@ def forward(region, xp, live_values):
             raise err.with_context(location=location) from None
         stores[group.kind][group.base : group.base + n] = out.reshape((n, *program.out_shape))
     return [_exported_value(region, row, index) for row, index in region.exported]
+
+
+def _rows(xp, rows, shape, dtype):
+    """``rows`` uninitialised rows of ``shape``: a view of a reused buffer (``ops.buffers``)
+    whose row count is ``rows`` rounded up to a power of two, so that the next step's store,
+    of another size, reuses it (a fresh one is faulted in page by page as it is written). A
+    buffer the user still holds a result in (a view of it) is not free, so not reused."""
+    capacity = 1 << max(rows - 1, 0).bit_length()
+    return buffers.empty(xp, (capacity, *shape), dtype)[:rows]
 
 
 def _level(group):
@@ -184,15 +194,23 @@ def _gathered(region, group, xp, live_values):
             values.append(live_values[(-1 - int(column[0])) // 2])
             continue
         shape, dtype = in_descs[j]
-        if column.min() >= 0:
+        if column.min() >= 0:  # (results of calls: one indexed read)
             values.append(stores[region.kinds[(shape, dtype)]][_on(xp, positions[column])])
             continue
-        members = [_one_input(region, int(ref), xp, live_values, shape, dtype) for ref in column]
+        if column.max() < 0:  # (from outside: live inputs or constants, or both)
+            codes = (-1 - column).tolist()
+            consts = region.consts
+            members = [consts[c >> 1] if c & 1 else live_values[c >> 1] for c in codes]
+            if xp is not np:
+                members = [xp.asarray(member) for member in members]
+        else:
+            members = [_one_input(region, ref, xp, live_values, shape, dtype) for ref in column]
         values.append(xp.stack(members))
     return values
 
 
 def _one_input(region, ref, xp, live_values, shape, dtype):
+    ref = int(ref)
     if ref >= 0:
         return region.stores[region.kinds[(shape, dtype)]][region.positions[ref], ...]
     number, const = divmod(-1 - ref, 2)
@@ -222,7 +240,7 @@ def backward(region, xp, given, wanted, gouts):
     if array_module(stores[0]) is not xp:  # (a forward run on another device: tests)
         stores, saved = _moved(region, xp)
     positions = region.positions
-    grad_stores = [xp.zeros_like(store) for store in stores]
+    grad_stores = [_zeros(xp, len(store), store.shape[1:], store.dtype) for store in stores]
     for k, gout in zip(given, gouts):
         row, index = region.exported[k]
         group = region.row_group(row)

@@ -91,9 +91,7 @@ class Region:
     """The open (then sealed) record of a run of traced calls on one lazy tape."""
 
     __slots__ = (
-        "outs",
-        "parts",
-        "slot_of",
+        "results",
         "levels",
         "grads",
         "locations",
@@ -113,7 +111,7 @@ class Region:
     )
 
     def __init__(self):
-        self.outs, self.parts, self.slot_of = [], [], {}  # (per row; dropped when sealed)
+        self.results = []  # (per row: its results, a tuple; dropped when sealed)
         self.levels, self.grads, self.locations = [], [], []  # (per row)
         self.groups = {}  # group key -> Group, in order of first call
         self.row_groups = []  # (per row: its Group)
@@ -141,15 +139,12 @@ class Region:
     def reads(self, args):
         """Whether an op reading ``args`` (its positional entries) reads a result of a call
         of this (open) region."""
-        slot_of = self.slot_of
         for entry in args:
             if entry is None:
                 continue
             for var in entry if entry.__class__ is list or entry.__class__ is tuple else (entry,):
-                if var in slot_of:
-                    return True
                 piece = var._piece
-                if piece is not None and piece[0] in slot_of:
+                if piece is not None and piece[0] is self:
                     return True
         return False
 
@@ -162,109 +157,96 @@ def record(traced, tape, args, grad_enabled, location):
     open region (opened now if none is), its program traced now if this is the first call
     of its signature; returns what the call returns: its result, or the tuple of its
     results. None, recording nothing, where the call is not for a region: an argument of
-    another kind than a Variable, a numeric array or a plain Python value, or no argument
-    that differs from call to call (``tape.traced`` records it the general way).
+    another kind than a Variable, a numeric array or a plain Python value, or a result of a
+    call recorded otherwise, or no argument that differs from call to call (``tape.traced``
+    records it the general way).
 
-    The signature is ``tape.traced``'s (``_signature``), computed here in the same pass
-    as the row: per argument a Variable's shape and dtype, a pending call's result by its
-    layout, a value by itself; the inputs are the distinct Variables (a result of a call of
-    the region: its packed output) and arrays."""
+    The call's results are marked ``_piece = (region, row, (layout, index))`` (the index
+    None for a function of one result): a call reading one reads that row. The program is
+    found by a flat key of the arguments, per argument the input it is (its number among
+    the distinct ones) and a Variable's shape and dtype, a result's layout and index, or a
+    value's class and value: tokens that parse one way only."""
     region = tape._region
-    slot_of = region.slot_of if region is not None else _NO_SLOTS
-    # The key, flat: per argument a Variable's (number among the inputs, shape, dtype), a
-    # pending call's result's (-1 - number, its layout, its index), a value's
-    # (class, value): one tuple of tokens, which parse one way only (``_signature``'s key
-    # of nested tuples costs a tuple per argument).
-    key, sources, rows = [], [], []  # (rows: per source its row in the region, or None)
-    shared = False
+    if region is None:
+        region = tape._region = Region()  # (sealed while empty, it records no op)
+        if not tape._pending_ops:
+            collector.step_started()  # (a step's first op: as tape.record marks one)
+    levels, grads = region.levels, region.grads
+    if len(region.results) != len(levels):
+        _trim(region)
+    key, refs, seen = [], [], []  # (seen: per input, its row + 1 or minus its object's id)
+    level, bits, bit, shared = 0, 0, 1, None
     for arg in args:
         cls = arg.__class__
         if cls is Variable:
             piece = arg._piece
             if piece is not None:
-                source = piece[0]
-                row = slot_of.get(source)
-                if row is None and source._pending is not tape:
-                    piece, source = None, arg  # (a result computed since: plain)
+                if piece[0] is not region:
+                    return None  # (a result of a call recorded one op each)
+                row = piece[1]
+                if row + 1 in seen:
+                    key.append(seen.index(row + 1))
+                else:
+                    key.append(len(refs))
+                    seen.append(row + 1)
+                    refs.append(row)
+                    if levels[row] >= level:
+                        level = levels[row] + 1
+                    if grads[row]:
+                        bits |= bit
+                    bit <<= 1
+                if piece[2] is None:
+                    key.append(arg.shape)
+                    key.append(arg.dtype)
+                else:
+                    key.append(piece[2])
+                continue
+            if -id(arg) in seen:
+                key.append(seen.index(-id(arg)))
             else:
-                source = arg
-                row = slot_of.get(arg)
-            index = 0
-            for known in sources:
-                if known is source:
-                    break
-                index += 1
-            else:
-                sources.append(source)
-                rows.append(row)
-            if piece is None:
-                if row is None and (arg.persistable or (arg._leaf and arg.requires_grad)):
-                    shared = True
-                key.append(index)
-                key.append(arg.shape)
-                key.append(arg.dtype)
-            else:
-                key.append(-1 - index)
-                key.append(piece[1])
-                key.append(piece[2])
+                key.append(len(refs))
+                seen.append(-id(arg))
+                if arg.requires_grad:
+                    bits |= bit
+                    refs.append(-1 - 2 * region.live_number(arg))
+                    if arg._leaf or arg.persistable:  # (a parameter: shared, not gathered)
+                        shared = (shared or 0) | bit
+                elif arg._pending is None and arg._value is not None and not arg.persistable:
+                    refs.append(-2 - 2 * len(region.consts))  # (a constant: its value now)
+                    region.consts.append(arg._value)
+                else:
+                    refs.append(-1 - 2 * region.live_number(arg))
+                    if arg.persistable:
+                        shared = (shared or 0) | bit
+                bit <<= 1
+            key.append(arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape))
+            key.append(arg.dtype)
         elif cls is np.ndarray or _on_gpu(arg):
             if arg.dtype.kind not in "biufc":
                 return None
-            key.append(len(sources))
+            key.append(len(refs))
             key.append(arg.shape)
             key.append(arg.dtype)
-            sources.append(arg.copy())  # (a constant, as Variable(arg) would copy it)
-            rows.append(None)
+            seen.append(0)  # (never another argument)
+            refs.append(-2 - 2 * len(region.consts))  # (a constant, copied as Variable(arg))
+            region.consts.append(arg.copy())
+            bit <<= 1
         elif cls in _VALUES:
             key.append(cls)
             key.append(arg)
         else:
             return None
-    if not sources:
+    if not refs:
         return None
+    each = None
+    if shared is not None:
+        each = tuple(not shared >> k & 1 for k in range(len(refs)))
+        if not any(each):
+            return None  # (no input differs per member: nothing to batch the calls over)
     key = tuple(key)
     program = traced.rows.get(key)
     if program is None:
-        program = traced.rows[key] = traced.program_on(tape, args)
-    if shared:
-        each = tuple(
-            row is not None
-            or source.__class__ is not Variable
-            or not (source.persistable or (source._leaf and source.requires_grad))
-            for source, row in zip(sources, rows)
-        )
-        if not any(each):
-            return None  # (no input differs per member: nothing to batch the calls over)
-    else:
-        each = None
-    if region is None:
-        region = tape._region = Region()
-        slot_of = region.slot_of
-        if not tape._pending_ops:
-            collector.step_started()  # (a step's first op: as tape.record marks one)
-    levels, grads = region.levels, region.grads
-    if len(levels) != len(region.outs):
-        _trim(region)
-    refs, level, bits, bit = [], 0, 0, 1
-    for source, row in zip(sources, rows):
-        if row is not None:
-            refs.append(row)
-            if levels[row] >= level:
-                level = levels[row] + 1
-            if grads[row]:
-                bits |= bit
-        elif source.__class__ is not Variable:
-            refs.append(-2 - 2 * len(region.consts))  # (an array: a constant)
-            region.consts.append(source)
-        elif source.requires_grad:
-            bits |= bit
-            refs.append(-1 - 2 * region.live_number(source))
-        elif source._pending is None and source._value is not None and not source.persistable:
-            refs.append(-2 - 2 * len(region.consts))  # (a constant: its value now)
-            region.consts.append(source._value)
-        else:
-            refs.append(-1 - 2 * region.live_number(source))
-        bit <<= 1
+        program = traced.rows[key] = _program(traced, region, args)
     captured = region.captured.get(program)
     if captured is None:
         numbers = tuple(region.live_number(p) for p in program.captured)
@@ -282,50 +264,88 @@ def record(traced, tape, args, grad_enabled, location):
     group = region.groups.get(group_key)
     if group is None:
         group = region.groups[group_key] = Group(program, level, each, shared_refs)
+    row = len(levels)
     make, dtype = Variable._make, program.dtype
-    out = make(None, program._out_shape, dtype, grad)
-    out._pending = tape
-    parts, layout, index = [], program.layout, 0
-    for shape, _ in program.part_descs:
-        var = make(None, shape, dtype, grad)
-        var._pending = tape
-        var._piece = (out, layout, index)
-        parts.append(var)
-        index += 1
-    # The row: appended to every per-row list, its result last (a call interrupted before
+    if program.part_tokens:
+        results = []
+        for (shape, _), token in zip(program.part_descs, program.part_tokens):
+            var = make(None, shape, dtype, grad)
+            var._pending = tape
+            var._piece = (region, row, token)
+            results.append(var)
+        results = tuple(results)
+        returned = results
+    else:
+        returned = make(None, program._out_shape, dtype, grad)
+        returned._pending = tape
+        returned._piece = (region, row, None)
+        results = (returned,)
+    # The row: appended to every per-row list, its level last (a call interrupted before
     # that, by KeyboardInterrupt, left a partial row that ``_trim`` drops).
-    row = len(region.outs)
     group.rows.append(row)
     group.refs.extend(refs)
     if grad_enabled:
         group.bits |= bits
         group.grad = True
     region.row_groups.append(group)
-    levels.append(level)
     grads.append(grad)
     region.locations.append(location or user_location(3))
-    region.parts.append(parts)
-    slot_of[out] = row
-    region.outs.append(out)
-    return tuple(parts) if parts else out
+    region.results.append(results)
+    levels.append(level)
+    return returned
+
+
+def _program(traced, region, args):
+    """The Program of a call of ``traced`` with ``args`` (traced now if it was not yet),
+    found by ``tape.traced``'s own key (``_signature``'s): a result of a call of the region
+    is passed as that call's packed output would be (``ops.call``), a stand-in here."""
+    from tape.traced import _placeholder, trace
+
+    specs, inputs, sources = [], [], []
+    for arg in args:
+        if arg.__class__ is Variable:
+            piece = arg._piece
+            source = -id(arg) if piece is None else piece[1] + 1  # (as ``record``'s ``seen``)
+            index = sources.index(source) if source in sources else None
+            if index is None:
+                index = len(inputs)
+                sources.append(source)
+                if piece is None or piece[2] is None:
+                    inputs.append(arg)
+                else:
+                    program = region.row_groups[piece[1]].program
+                    inputs.append(_placeholder(program._out_shape, program.dtype, False, None))
+            if piece is None or piece[2] is None:
+                shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
+                specs.append(("var", index, shape, arg.dtype))
+            else:
+                specs.append(("piece", index, *piece[2]))
+        elif arg.__class__ in _VALUES:
+            specs.append(("value", arg.__class__, arg))
+        else:
+            specs.append(("var", len(inputs), arg.shape, arg.dtype))
+            sources.append(0)
+            inputs.append(arg)
+    specs = tuple(specs)
+    program = traced.programs.get(specs)
+    if program is None:
+        program = traced.programs[specs] = trace(traced.fn, args, specs, inputs)
+    return program
 
 
 def _trim(region):
-    """Drops what an interrupted ``record`` appended of a row whose result it did not append
-    (the row ``len(region.outs)``): the region stays consistent for the calls after it."""
-    rows = len(region.outs)
+    """Drops what an interrupted ``record`` appended of a row whose level it did not
+    append (the row ``len(region.levels)``): the region stays consistent for later calls."""
+    rows = len(region.levels)
     for group in region.groups.values():
         if group.rows and group.rows[-1] >= rows:
             group.rows.pop()
         width = len(group.program.in_descs) - len(group.program.captured)
         del group.refs[len(group.rows) * width :]
-    for column in (region.levels, region.grads, region.locations, region.parts, region.row_groups):
+    for column in (region.grads, region.locations, region.results, region.row_groups):
         del column[rows:]
     for key in [key for key, group in region.groups.items() if not group.rows]:
         del region.groups[key]
-
-
-_NO_SLOTS = {}  # (no region open yet: no call's result is a row)
 
 
 def _counts(variables, size):
@@ -335,61 +355,58 @@ def _counts(variables, size):
 
 
 def _unheld_counts():
-    """What ``_counts`` gives a row's result and a part that nothing but the region holds
-    (the result: the region's list and its key in ``slot_of``; a part: its row's list),
-    measured, not assumed (as ``ops.call._UNHELD``)."""
-    outs, slot_of, parts = [object()], {}, [[object()]]
-    slot_of[outs[0]] = 0
-    out = _counts(outs, 1)[0]
-    return int(out), int(_counts(itertools.chain.from_iterable(parts), 1)[0])
+    """What ``_counts`` gives a row's tuple of results and one of its results that nothing
+    but the region holds (the tuple: the region's list; a result: its tuple), measured, not
+    assumed (as ``ops.call._UNHELD``)."""
+    results = [(object(),)]
+    row = _counts(results, 1)[0]
+    return int(row), int(_counts(itertools.chain.from_iterable(results), 1)[0])
 
 
-_OUT_UNHELD, _PART_UNHELD = _unheld_counts()
+_ROW_UNHELD, _RESULT_UNHELD = _unheld_counts()
 
 
 def seal(tape):
     """Closes ``tape``'s open region into one ``call_region`` op on the tape: its outputs
-    the call results someone holds (nobody else can read the others, which die here)."""
+    the call results someone holds (nobody else can read the others, which die here); a
+    region without calls records nothing. Returns the op (or None)."""
     region = tape._region
     tape._region = None
+    if len(region.results) != len(region.levels):
+        _trim(region)
+    if not region.levels:
+        return None
     from ops.regions import call_region
     from tape.op_handle import OpHandle
     from tape.tape import STEP_MASK, _step_mark
 
-    if len(region.levels) != len(region.outs):
-        _trim(region)
     read = _read_counts(region)
-    outs, parts = region.outs, region.parts
-    rows = len(outs)
-    widths = np.fromiter(map(len, parts), np.intp, rows)  # (parts per row)
-    held = _counts(outs, rows) > _OUT_UNHELD
-    held &= widths == 0  # (a call of several results returned its parts, not its output)
-    chosen = [(int(row), -1) for row in np.flatnonzero(held)]
-    total = int(widths.sum())
-    if total:
-        ends = np.cumsum(widths)
-        flat = np.flatnonzero(_counts(itertools.chain.from_iterable(parts), total) > _PART_UNHELD)
-        owners = np.searchsorted(ends, flat, side="right")
-        chosen += [
-            (int(row), int(position - ends[row] + widths[row]))
-            for row, position in zip(owners, flat)
-        ]
-        chosen.sort()
-    results = []
-    for row, index in chosen:
-        var = outs[row] if index < 0 else parts[row][index]
-        results.append(var)
+    results = region.results
+    rows = len(results)
+    widths = np.fromiter(map(len, results), np.intp, rows)
+    # (a result is held where it is, or where the tuple the call returned is)
+    held = _counts(itertools.chain.from_iterable(results), int(widths.sum())) > _RESULT_UNHELD
+    held |= np.repeat(_counts(results, rows) > _ROW_UNHELD, widths)
+    flat = np.flatnonzero(held)
+    owners = np.repeat(np.arange(rows), widths)[flat]
+    starts = np.cumsum(widths) - widths
+    chosen, outputs = [], []
+    for row, position in zip(owners.tolist(), flat.tolist()):
+        index = position - int(starts[row])
+        var = results[row][index]
+        chosen.append((row, index if region.row_groups[row].program.part_tokens else -1))
+        outputs.append(var)
         var._piece = None  # (read from now on as any op's output)
         if read[row]:
             _READ_INSIDE[id(var)] = var
     var = None
     region.exported = chosen
-    region.outs = region.parts = region.slot_of = None
+    region.results = None
     tape._last_region = _summary(region)
     op = OpHandle(
         call_region,
         (region.live,),
-        (results,),
+        (outputs,),
         {"region": region},
         region.locations[0],
         len(tape._ops),
@@ -442,7 +459,51 @@ def _read_counts(region):
     read = np.bincount(np.concatenate(slots), minlength=rows) if slots else np.zeros(rows, int)
     region.repeated = bool(rows) and int(read.max(initial=0)) > 1
     region.read = read
+    _defer_sinks(region, read)
     return read
+
+
+def _defer_sinks(region, read):
+    """Calls whose results no call of the region reads (a tree's loss, a token's) run last,
+    one group per function (and shared arguments) instead of one per level they are ready
+    at: DyNet's agenda heuristic postpones them so. By level alone, a tagger's token losses,
+    ready as soon as both directions reached the token, made ~40 groups of a step's ~110."""
+    sinks = {}  # (program, each, shared) -> [(group, which of its rows are sinks)]
+    for group in region.groups.values():
+        sink = read[group.rows] == 0
+        if sink.any():
+            sinks.setdefault((group.program, group.each, group.shared), []).append((group, sink))
+    spread = [entries for entries in sinks.values() if len(entries) > 1]
+    if not spread:
+        return
+    last = 1 + max(group.level for group in region.groups.values())
+    groups = {key: group for key, group in region.groups.items()}
+    for entries in spread:
+        first = entries[0][0]
+        merged = Group(first.program, last, first.each, first.shared)
+        rows, refs = [], []
+        for group, sink in entries:
+            rows.append(group.rows[sink])
+            refs.append(group.refs[sink])
+            merged.bits |= group.bits
+            merged.grad = merged.grad or group.grad
+            if sink.all():
+                del groups[_key(group)]
+            else:
+                group.rows, group.refs = group.rows[~sink], group.refs[~sink]
+        merged.rows, merged.refs = np.concatenate(rows), np.concatenate(refs)
+        groups[_key(merged)] = merged
+        row_groups = region.row_groups
+        for row in merged.rows.tolist():
+            row_groups[row] = merged
+    region.groups = groups
+
+
+def _key(group):
+    """A group's key in ``Region.groups`` (``record``'s)."""
+    if group.each is None:
+        return (group.program, group.level)
+    return (group.program, group.level, group.each, group.shared)
 
 
 def before_op(tape, defn, args, given):

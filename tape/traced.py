@@ -182,7 +182,12 @@ def _signature(fn, args, tape):
             made = True
         if arg.__class__ is Variable or isinstance(arg, Variable):
             piece = arg._piece
-            if piece is None or tape is None or piece[0]._pending is not tape:
+            if (
+                piece is None
+                or tape is None
+                or piece[0].__class__ is not Variable  # (a row of a region: tape.call_region)
+                or piece[0]._pending is not tape
+            ):
                 piece, source = None, arg  # (a plain Variable, or a result already computed)
             else:
                 source = piece[0]
@@ -290,6 +295,7 @@ def trace(fn, args, specs, inputs):
         )
     program = extract(name, tape, holders, outputs, location, lift_parameters=True)
     program.layout = _layout_number(program.out_descs)
+    program.part_tokens = tuple((program.layout, k) for k in range(len(program.part_descs)))
     return program
 
 
