@@ -250,7 +250,8 @@ def backward(region, xp, given, wanted, gouts):
         else:
             start = sum(group.program.sizes[:index])
             store[position, start : start + group.program.sizes[index]] += gout.reshape(-1)
-    totals = {}  # live number -> its gradient so far
+    totals = {}  # live number -> its gradient so far (parameters and shared inputs)
+    members = _LiveRows(region, wanted)  # (the gradients of inputs read per member)
     for group in sorted(region.groups.values(), key=_level, reverse=True):
         facts = saved.get(group, group.saved)
         if facts is None:
@@ -288,12 +289,65 @@ def backward(region, xp, given, wanted, gouts):
                     column[results],
                     piece[_on(xp, results)],
                 )
-            for member in np.flatnonzero(~results):
-                number, const = divmod(-1 - int(column[member]), 2)
-                if not const:
-                    _accumulate(totals, number, piece[member])
-    live = region.live
-    return [totals[e] if e in totals else xp.zeros(live[e].shape, live[e].dtype) for e in wanted]
+            outside = ~results
+            codes = -1 - column[outside]
+            live = codes & 1 == 0  # (the others are constants: no gradient)
+            if live.any():
+                if not outside.all():
+                    piece = piece[_on(xp, outside)]
+                members.add(xp, codes[live] >> 1, piece[_on(xp, live)] if not live.all() else piece)
+    return members.gradients(xp, totals, wanted)
+
+
+class _LiveRows:
+    """The gradients of the region's inputs from outside read per member (an embedding
+    looked up by an ordinary op and passed to the calls), one array per shape and dtype with
+    a row for each such input: a group's rows added to them by one indexed add, not one add
+    per member; each input's gradient is then its row (a view)."""
+
+    def __init__(self, region, wanted):
+        self.region, self.wanted = region, wanted
+        self.row_of = np.full(len(region.live), -1, np.intp)  # (live number -> its row)
+        self.kind_of = {}  # live number -> its (shape, dtype)
+        self.counts, self.arrays = {}, {}  # (shape, dtype) -> rows; -> the array (or None)
+        for e in wanted:
+            var = region.live[e]
+            desc = (tuple(var.shape), var.dtype)
+            self.row_of[e] = self.counts.get(desc, 0)
+            self.counts[desc] = self.row_of[e] + 1
+            self.kind_of[e] = desc
+
+    def add(self, xp, numbers, values):
+        """Adds ``values`` (stacked) into the rows of the inputs numbered ``numbers``."""
+        rows = self.row_of[numbers]
+        wanted = rows >= 0
+        if not wanted.all():
+            numbers, rows = numbers[wanted], rows[wanted]
+            values = values[_on(xp, wanted)]
+        if not len(rows):
+            return
+        desc = self.kind_of[int(numbers[0])]
+        array = self.arrays.get(desc)
+        if array is None:
+            array = self.arrays[desc] = xp.zeros((self.counts[desc], *desc[0]), desc[1])
+        ordered = np.sort(rows)
+        if (ordered[1:] == ordered[:-1]).any():
+            xp.add.at(array, _on(xp, rows), values)
+        else:
+            array[_on(xp, rows)] += values
+
+    def gradients(self, xp, totals, wanted):
+        """Per wanted input, its gradient: its total (a parameter's), its row, or zeros."""
+        grads = []
+        for e in wanted:
+            total = totals.get(e)
+            desc = self.kind_of[e]
+            array = self.arrays.get(desc)
+            if array is not None:
+                row = array[int(self.row_of[e])]
+                total = row if total is None else total + row
+            grads.append(total if total is not None else xp.zeros(desc[0], desc[1]))
+        return grads
 
 
 def _moved(region, xp):

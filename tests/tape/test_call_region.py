@@ -229,18 +229,20 @@ def test_calls_passed_different_parameters_run_as_different_groups():
 
 def test_an_input_computed_outside_gets_its_gradient_per_call():
     """An embedding looked up by an ordinary op and passed to calls: each lookup's
-    gradient comes back from the calls that read it."""
+    gradient comes back from the calls that read it, two members of a group reading the
+    same one included (two chains over one sentence)."""
     got = {}
     for mode in ("eager", "region"):
         table = tape.Variable(np.random.default_rng(0).standard_normal((4, 2)), requires_grad=True)
         w, f = _pair()
         tape.reset_global_tape()
         with tape.lazy(enabled=mode == "region"):
-            h = tape.Variable(np.zeros(2))
+            h = g = tape.Variable(np.zeros(2))
             for word in (0, 3, 3, 1):
                 x = ops.lookup_table(table, tape.Variable(np.array(word)))
                 h, _ = f(h, x)
-            tape.backward(h.sum())
+                g, _ = f(g * 0.5, x)
+            tape.backward(h.sum() + (g * g).sum())
             got[mode] = table.grad().numpy().copy(), w.grad().numpy().copy()
     for a, b in zip(got["region"], got["eager"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
