@@ -68,11 +68,14 @@ class Group:
         "saved",
     )
 
-    def __init__(self, program, level, each, shared):
+    def __init__(self, program, level, each, shared, grad):
         self.program, self.level, self.each, self.shared = program, level, each, shared
         self.rows, self.refs = [], []  # (refs: every member's input refs, flat)
         self.bits = 0  # (bit k: some member's input k needs a gradient)
-        self.grad = False  # (some member was recorded with gradients enabled)
+        # (whether its members' results need a gradient: recorded with gradients enabled and
+        # reading something that needs one; never mixed in a group, so that no gradient flows
+        # through a call recorded under no_grad)
+        self.grad = grad
         self.kind = self.base = self.saved = None  # (set by the region's forward)
 
     def mask(self):
@@ -256,14 +259,14 @@ def record(traced, tape, args, grad_enabled, location):
         )
     grad = grad_enabled and (bits or captured[1]) and program.dtype.kind in "fc"
     if each is None:
-        group_key = (program, level)
+        group_key = (program, level, grad)
         shared_refs = None
     else:
         shared_refs = tuple(ref for ref, per in zip(refs, each) if not per)
-        group_key = (program, level, each, shared_refs)
+        group_key = (program, level, grad, each, shared_refs)
     group = region.groups.get(group_key)
     if group is None:
-        group = region.groups[group_key] = Group(program, level, each, shared_refs)
+        group = region.groups[group_key] = Group(program, level, each, shared_refs, grad)
     row = len(levels)
     make, dtype = Variable._make, program.dtype
     if program.part_tokens:
@@ -284,9 +287,7 @@ def record(traced, tape, args, grad_enabled, location):
     # that, by KeyboardInterrupt, left a partial row that ``_trim`` drops).
     group.rows.append(row)
     group.refs.extend(refs)
-    if grad_enabled:
-        group.bits |= bits
-        group.grad = True
+    group.bits |= bits
     region.row_groups.append(group)
     grads.append(grad)
     region.locations.append(location or user_location(3))
@@ -468,11 +469,12 @@ def _defer_sinks(region, read):
     one group per function (and shared arguments) instead of one per level they are ready
     at: DyNet's agenda heuristic postpones them so. By level alone, a tagger's token losses,
     ready as soon as both directions reached the token, made ~40 groups of a step's ~110."""
-    sinks = {}  # (program, each, shared) -> [(group, which of its rows are sinks)]
+    sinks = {}  # (program, grad, each, shared) -> [(group, which of its rows are sinks)]
     for group in region.groups.values():
         sink = read[group.rows] == 0
         if sink.any():
-            sinks.setdefault((group.program, group.each, group.shared), []).append((group, sink))
+            key = (group.program, group.grad, group.each, group.shared)
+            sinks.setdefault(key, []).append((group, sink))
     spread = [entries for entries in sinks.values() if len(entries) > 1]
     if not spread:
         return
@@ -480,13 +482,12 @@ def _defer_sinks(region, read):
     groups = {key: group for key, group in region.groups.items()}
     for entries in spread:
         first = entries[0][0]
-        merged = Group(first.program, last, first.each, first.shared)
+        merged = Group(first.program, last, first.each, first.shared, first.grad)
         rows, refs = [], []
         for group, sink in entries:
             rows.append(group.rows[sink])
             refs.append(group.refs[sink])
             merged.bits |= group.bits
-            merged.grad = merged.grad or group.grad
             if sink.all():
                 del groups[_key(group)]
             else:
@@ -502,8 +503,8 @@ def _defer_sinks(region, read):
 def _key(group):
     """A group's key in ``Region.groups`` (``record``'s)."""
     if group.each is None:
-        return (group.program, group.level)
-    return (group.program, group.level, group.each, group.shared)
+        return (group.program, group.level, group.grad)
+    return (group.program, group.level, group.grad, group.each, group.shared)
 
 
 def before_op(tape, defn, args, given):

@@ -365,3 +365,24 @@ def test_a_call_interrupted_while_recorded_leaves_the_region_consistent(monkeypa
         value = h2.numpy()
     first = np.tanh(np.array([1.0, -2.0]) @ w.numpy()) + np.array([1.0, -2.0])
     np.testing.assert_allclose(value, np.tanh(first @ w.numpy()) + np.array([1.0, -2.0]) ** 2)
+
+
+def test_no_gradient_flows_through_a_call_recorded_without_gradients():
+    """A call recorded under no_grad and calls recorded with gradients, of one function at one
+    level, run as separate groups: the gradient reaching the first's result (through a call
+    grouped with one that reads a result needing it) stops there, as eagerly."""
+    got = {}
+    for mode in ("eager", "region"):
+        w, f = _pair()
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            u, v = tape.Variable(np.array([1.0, -2.0])), tape.Variable(np.array([0.5, 3.0]))
+            with tape.no_grad():
+                a, _ = f(u, v)
+            b, _ = f(u * 1.0, v)
+            c, _ = f(v * 1.0, u)
+            d, _ = f(a, c)  # (one group with e: its first input a, then b)
+            e, _ = f(b, c)
+            tape.backward((d + e).sum())
+            got[mode] = w.grad().numpy().copy()
+    np.testing.assert_allclose(got["region"], got["eager"], rtol=1e-12)
