@@ -83,7 +83,7 @@ def _(g):
             "call_region",
             "a gradient of traced calls batched as one region cannot be differentiated again",
             hint="use tape.lazy(autobatch=False) where the backward builds a graph",
-            location=region.locations[0],
+            location=region.location,
         )
     attrs = {"region": region, "given": given, "wanted": wanted}
     results = apply(call_region_grad, ([gouts[k] for k in given],), attrs)
@@ -147,7 +147,7 @@ def forward(region, xp, live_values):
         try:
             out, group.saved = _run(vectorised, xp, values, group.mask())
         except FluidError as err:
-            location = err.location or region.locations[group.rows[0]]
+            location = err.location or group.location
             raise err.with_context(location=location) from None
         stores[group.kind][group.base : group.base + n] = out.reshape((n, *program.out_shape))
     return [_exported_value(region, row, index) for row, index in region.exported]
@@ -266,7 +266,7 @@ def backward(region, xp, given, wanted, gouts):
         try:
             pieces = vectorised.grad(mask).pieces(xp, inputs + [gout], kept)
         except FluidError as err:
-            location = err.location or region.locations[group.rows[0]]
+            location = err.location or group.location
             raise err.with_context(location=location) from None
         width = group.refs.shape[1]
         for j, piece in zip(mask, pieces):

@@ -63,12 +63,13 @@ class Group:
         "refs",
         "bits",
         "grad",
+        "location",
         "kind",
         "base",
         "saved",
     )
 
-    def __init__(self, program, level, each, shared, grad):
+    def __init__(self, program, level, each, shared, grad, location):
         self.program, self.level, self.each, self.shared = program, level, each, shared
         self.rows, self.refs = [], []  # (refs: every member's input refs, flat)
         self.bits = 0  # (bit k: some member's input k needs a gradient)
@@ -76,6 +77,7 @@ class Group:
         # reading something that needs one; never mixed in a group, so that no gradient flows
         # through a call recorded under no_grad)
         self.grad = grad
+        self.location = location  # (its first call's line: errors in the group name it)
         self.kind = self.base = self.saved = None  # (set by the region's forward)
 
     def mask(self):
@@ -97,7 +99,7 @@ class Region:
         "results",
         "levels",
         "grads",
-        "locations",
+        "location",
         "groups",
         "row_groups",
         "live",
@@ -115,7 +117,8 @@ class Region:
 
     def __init__(self):
         self.results = []  # (per row: its results, a tuple; dropped when sealed)
-        self.levels, self.grads, self.locations = [], [], []  # (per row)
+        self.levels, self.grads = [], []  # (per row)
+        self.location = None  # (the first call's line: the op's)
         self.groups = {}  # group key -> Group, in order of first call
         self.row_groups = []  # (per row: its Group)
         self.live, self.live_of = [], {}  # (the op's inputs: Variables read from outside)
@@ -266,7 +269,10 @@ def record(traced, tape, args, grad_enabled, location):
         group_key = (program, level, grad, each, shared_refs)
     group = region.groups.get(group_key)
     if group is None:
-        group = region.groups[group_key] = Group(program, level, each, shared_refs, grad)
+        group = Group(program, level, each, shared_refs, grad, location or user_location(3))
+        region.groups[group_key] = group
+        if region.location is None:
+            region.location = group.location
     row = len(levels)
     make, dtype = Variable._make, program.dtype
     if program.part_tokens:
@@ -290,7 +296,6 @@ def record(traced, tape, args, grad_enabled, location):
     group.bits |= bits
     region.row_groups.append(group)
     grads.append(grad)
-    region.locations.append(location or user_location(3))
     region.results.append(results)
     levels.append(level)
     return returned
@@ -343,7 +348,7 @@ def _trim(region):
             group.rows.pop()
         width = len(group.program.in_descs) - len(group.program.captured)
         del group.refs[len(group.rows) * width :]
-    for column in (region.grads, region.locations, region.results, region.row_groups):
+    for column in (region.grads, region.results, region.row_groups):
         del column[rows:]
     for key in [key for key, group in region.groups.items() if not group.rows]:
         del region.groups[key]
@@ -409,7 +414,7 @@ def seal(tape):
         (region.live,),
         (outputs,),
         {"region": region},
-        region.locations[0],
+        region.location,
         len(tape._ops),
     )
     tape._ops.append(op)
@@ -482,7 +487,7 @@ def _defer_sinks(region, read):
     groups = {key: group for key, group in region.groups.items()}
     for entries in spread:
         first = entries[0][0]
-        merged = Group(first.program, last, first.each, first.shared, first.grad)
+        merged = Group(first.program, last, first.each, first.shared, first.grad, first.location)
         rows, refs = [], []
         for group, sink in entries:
             rows.append(group.rows[sink])
