@@ -14,8 +14,11 @@ Backward: gradient stores of the same layout, the output gradients added into th
 then the groups in reverse order, each reading its rows' gradients as one slice, running its
 gradient program vectorised (parameters' gradients summed over the members) and adding its
 inputs' gradients into their rows by one indexed add per input (``np.add.at`` where a result
-is read twice). No Variable is made per call in either direction: the cost per call is a few
-array elements of bookkeeping, and per group a few numpy calls.
+is read twice), those of inputs from outside read per member into rows of their own
+(``_LiveRows``), and, where ``tape.grad`` asked for a result the calls read too, copying its
+row as its group is reached. No Variable is made per call in either direction: the cost per
+call is a few array elements of bookkeeping, and per group a few numpy calls. The stores are
+pooled buffers (``ops.buffers``): one the user still holds a result in is never reused.
 
 Results equal the calls run one at a time within the rounding of products over more rows and
 of sums in another order, as autobatching's (``tape.lazy(exact=True)`` records the calls'
@@ -76,7 +79,8 @@ def _(g):
     grads = [None] * len(live)
     given = tuple(k for k, gout in enumerate(gouts or ()) if gout is not None)
     wanted = tuple(e for e, var in enumerate(live) if var.requires_grad)
-    if not given or not wanted:
+    totals = tuple(sorted(region.wanted))  # (outputs tape.grad wants whole: tape.call_region)
+    if not given or not (wanted or totals):
         return (grads,)
     if state.grad_enabled:
         raise GraphError(
@@ -85,16 +89,21 @@ def _(g):
             hint="use tape.lazy(autobatch=False) where the backward builds a graph",
             location=region.location,
         )
-    attrs = {"region": region, "given": given, "wanted": wanted}
+    attrs = {"region": region, "given": given, "wanted": wanted, "totals": totals}
     results = apply(call_region_grad, ([gouts[k] for k in given],), attrs)
     for e, grad in zip(wanted, results):
         grads[e] = grad
+    for k, grad in zip(totals, results[len(wanted) :]):
+        var, into = region.wanted.pop(k)
+        into[id(var)] = grad  # (its gradient from outside and from the calls reading it)
     return (grads,)
 
 
 def _infer_grad(attrs, gouts):
-    live = attrs["region"].live
-    return ([(tuple(live[e].shape), live[e].dtype) for e in attrs["wanted"]],)
+    region = attrs["region"]
+    live, exported = region.live, _exported_descs(region)
+    descs = [(tuple(live[e].shape), live[e].dtype) for e in attrs["wanted"]]
+    return (descs + [exported[k] for k in attrs["totals"]],)
 
 
 @register(
@@ -105,15 +114,18 @@ def _infer_grad(attrs, gouts):
         "region": Attr("any", required=True),
         "given": Attr("any", required=True),
         "wanted": Attr("any", required=True),
+        "totals": Attr("any", ()),
     },
     infer=_infer_grad,
     differentiable=False,
     returns=lambda results: results[0],
 )
 def call_region_grad(xp, attrs, gouts):
-    """Out = the gradients of a region's inputs numbered ``wanted``, from G, the gradients
-    of its outputs numbered ``given`` (``call_region``'s gradient)."""
-    return (backward(attrs["region"], xp, attrs["given"], attrs["wanted"], list(gouts)),)
+    """Out = the gradients of a region's inputs numbered ``wanted``, then the whole
+    gradients of its outputs numbered ``totals`` (results its own calls read too), from G,
+    the gradients reaching its outputs numbered ``given`` (``call_region``'s gradient)."""
+    region, totals = attrs["region"], attrs["totals"]
+    return (backward(region, xp, attrs["given"], attrs["wanted"], list(gouts), totals),)
 
 
 # ---- the forward -----------------------------------------------------------------------------
@@ -231,9 +243,11 @@ def _exported_value(region, row, index):
 # ---- the backward ----------------------------------------------------------------------------
 
 
-def backward(region, xp, given, wanted, gouts):
+def backward(region, xp, given, wanted, gouts, whole_of=()):
     """The gradients of the live inputs numbered ``wanted`` from those of the exported
-    results numbered ``given`` (``gouts``), through the groups in reverse order."""
+    results numbered ``given`` (``gouts``), through the groups in reverse order; then the
+    whole gradients of the exported results numbered ``whole_of``, read from the gradient
+    stores as their groups are reached (every call reading them ran before: higher level)."""
     if region.stores is None:
         raise GraphError("call_region_grad", "the region's forward has not run")
     stores, saved = region.stores, {}
@@ -252,7 +266,13 @@ def backward(region, xp, given, wanted, gouts):
             store[position, start : start + group.program.sizes[index]] += gout.reshape(-1)
     totals = {}  # live number -> its gradient so far (parameters and shared inputs)
     members = _LiveRows(region, wanted)  # (the gradients of inputs read per member)
+    whole = {}  # (exported number -> its whole gradient: ``whole_of``)
+    waiting = {k: region.exported[k] for k in whole_of}
     for group in sorted(region.groups.values(), key=_level, reverse=True):
+        for k, (row, index) in list(waiting.items()):
+            if region.row_groups[row] is group:
+                whole[k] = _exported_gradient(region, grad_stores, row, index)
+                del waiting[k]
         facts = saved.get(group, group.saved)
         if facts is None:
             continue
@@ -296,7 +316,19 @@ def backward(region, xp, given, wanted, gouts):
                 if not outside.all():
                     piece = piece[_on(xp, outside)]
                 members.add(xp, codes[live] >> 1, piece[_on(xp, live)] if not live.all() else piece)
-    return members.gradients(xp, totals, wanted)
+    return members.gradients(xp, totals, wanted) + [whole[k] for k in whole_of]
+
+
+def _exported_gradient(region, grad_stores, row, index):
+    """A copy of the gradient store's entry for an exported result (``_exported_value``'s
+    place in the gradient stores)."""
+    group = region.row_group(row)
+    program = group.program
+    value = grad_stores[group.kind][region.positions[row], ...]
+    if index >= 0:
+        start = sum(program.sizes[:index])
+        value = value[start : start + program.sizes[index]].reshape(program.part_descs[index][0])
+    return value.copy()
 
 
 class _LiveRows:

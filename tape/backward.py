@@ -90,8 +90,10 @@ _ACCUMULATING = threading.RLock()
 
 def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
     """d(loss)/d(input) for each of ``inputs`` (leaves or not), without touching ``.grad()``."""
-    call_region.check_wanted(inputs)
+    if tape._region is not None:  # (sealed first: the check reads what it exported)
+        call_region.seal(tape)
     wanted = {id(v): None for v in inputs}
+    call_region.want(inputs, wanted)
     gradients(tape, loss, grad, retain_graph, create_graph, wanted)
     return [wanted[id(v)] for v in inputs]
 

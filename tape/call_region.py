@@ -1,32 +1,38 @@
 """Call regions: a lazy step's ``tape.traced`` calls recorded as rows of integer columns, and
-run as one op (``ops.call_region``), group by group.
+run as one op (``call_region``, ``ops/regions.py``), group by group.
 
 A DyNet-style step calls a few traced functions thousands of times (a Tree-LSTM's leaves and
-nodes). Recorded as one op each (``ops.call``), every call costs a handle, a packed output,
-a place in the autobatching pass's schedule and in the batched backward's banks: ~14 us a call,
-against the ~3 us a call the hand-batched floor leaves (``benchmarks/README.md``, per-example
-floors). Here a call costs a row instead, appended while it is recorded:
+nodes). Recorded as one op each (``ops.call``), every call cost a handle, a packed output, a
+place in the autobatching pass's schedule and in the batched backward's banks: ~14 us a call,
+against the ~3 us a call the hand-batched floor leaves (``benchmarks/README.md``). Here a call
+is a row of the step's open *region*, appended as it is recorded (~2.5 us):
 
-- its group: the program, its *level* (one more than the deepest call it reads: DyNet's
-  depth-based batching, which the hand-batched floor does too) and, where the call passes a
-  parameter as an argument, which (a shared input is not gathered);
-- one int per input: the row of another call of the region, or a number among the region's
-  inputs, the Variables it reads from outside (``live``: values computed in the step, and
-  parameters) or its constants (arrays and other Variables holding a value, read as the call
-  was recorded, as eager mode reads them).
+- its group: the program, its *level* (one more than the deepest row it reads: DyNet's
+  depth-based batching, as the hand-batched floor does), whether it needs a gradient, and,
+  where it passes a parameter as an argument, which (a shared input is not gathered);
+- one int per input: another row, or a number among the region's inputs from outside
+  (``live``: values computed in the step, and parameters) or its constants (arrays, and
+  Variables holding a value, read as the call was recorded, as eager mode reads them).
 
-The user gets the call's results as Variables, as from any op. The region stays open while
-calls come; it is *sealed* into one op on the tape, reading its live inputs and computing the
-results someone still holds (a reference count above the region's own: the losses, not the
-thousands of intermediate states), as soon as anything else may depend on it: an op reading
-one of its results, an op with side effects or updating in place, a value asked for, a
-backward, the end of the lazy block. So the tape stays in topological order, and the rest of
-the engine (scheduling, memory, rollback, errors) sees one op. Its gradient is one op too,
-run group by group in reverse (``ops.call_region``).
+The user gets the call's results as Variables, marked as the row's. Ops recorded meanwhile
+that batch as a program step (a batch rule, one output, hashable attributes: an embedding
+lookup feeding the calls, ``h * mask`` between two) are rows too, as calls of a traced
+function of that op alone (``record_op``). The region is *sealed* into one op on the tape,
+reading its live inputs and computing the results someone still holds (a reference count
+above the region's own: the losses, not the thousands of intermediate states), as soon as
+anything else may depend on it: another op reading one of its results, an op with side
+effects or updating in place, a value asked for, a new value given to an input, a backward,
+the end of the lazy block. So the tape stays in topological order, and the rest of the engine
+(scheduling, memory, rollback, errors) sees one op; its gradient is one op too, the groups in
+reverse. A step whose calls keep being sealed after a few (each example's calls interleaved
+with ops that cannot be rows) records the rest of its calls one op each (``FRAGMENTED``).
 
 A region is used where the calls would be autobatched anyway: a lazy block with autobatching
-on, no observer (profiler, anomaly detection, finiteness checks), no shared buffers. Elsewhere
-calls are recorded one by one as before (``tape.traced``).
+on (not ``exact``), no observer (profiler, anomaly detection, finiteness checks) and no
+shared buffers. Two departures from one op per call: the gradient of a region cannot be
+differentiated again (``create_graph``: a ``GraphError`` says to turn autobatching off), and
+a result a region exported is differentiated by ``tape.grad`` through the region's own
+calls too (``want``).
 """
 
 from __future__ import annotations
@@ -37,22 +43,23 @@ import weakref
 
 import numpy as np
 
+from ops.batching import rule_of
 from ops.xp import _on_gpu
 from tape import collector
-from tape.errors import GraphError, user_location
+from tape.errors import user_location
 from tape.variable import Variable
 
 ENABLED = True  # (False: calls are recorded one op each, as before; for comparisons)
 
-# Variables exported by a region whose call results other calls of the same region read: the
-# gradient with respect to one of them is not the one ``tape.grad`` would see from outside
-# (``check_wanted``).
-_READ_INSIDE = weakref.WeakValueDictionary()  # (id -> Variable: they compare elementwise)
+# Results a region exported that its own calls read too: the gradient with respect to one
+# is not what reaches it from outside, so ``tape.grad`` asks the region for it (``want``).
+# id -> (weak Variable, weak region, its number among the region's outputs).
+_READ_INSIDE = {}
 
 
 class Group:
-    """The calls of one program at one level (and with the same shared arguments): run as the
-    program vectorised over them (``ops.call_region``)."""
+    """The rows of one program at one level, needing a gradient or not, with the same shared
+    arguments: run as the program vectorised over them (``ops/regions.py``)."""
 
     __slots__ = (
         "program",
@@ -112,6 +119,7 @@ class Region:
         "positions",
         "repeated",
         "read",
+        "wanted",
         "__weakref__",
     )
 
@@ -125,9 +133,10 @@ class Region:
         self.consts = []  # (values read from outside as recorded)
         self.captured = {}  # program -> (its parameters' live numbers, whether one needs grad)
         self.exported = []  # per output of the sealed op: (row, part number or -1)
-        self.kinds = self.stores = self.positions = None  # (the forward's: ops.call_region)
+        self.kinds = self.stores = self.positions = None  # (the forward's: ops/regions.py)
         self.repeated = False  # (whether some call's result is read twice)
         self.read = None  # (per row: how many inputs of the region's calls read its result)
+        self.wanted = {}  # (output number -> (Variable, tape.grad's dict): ``want``)
 
     def __repr__(self):
         return f"<call region: {len(self.levels)} calls in {len(self.groups)} groups>"
@@ -404,8 +413,10 @@ def seal(tape):
         outputs.append(var)
         var._piece = None  # (read from now on as any op's output)
         if read[row]:
-            _READ_INSIDE[id(var)] = var
+            _READ_INSIDE[id(var)] = (weakref.ref(var), weakref.ref(region), len(outputs) - 1)
     var = None
+    if _READ_INSIDE:
+        _forget_dead()
     region.exported = chosen
     region.results = None
     tape._last_region = _summary(region)
@@ -512,24 +523,102 @@ def _key(group):
     return (group.program, group.level, group.grad, group.each, group.shared)
 
 
+# A region sealed by an op reading its results with fewer calls than this: the step
+# interleaves its calls with ops reading them (``h = f(...); g(h * mask)`` per example), so
+# regions would hold a call or two each and batch nothing. The tape's later calls in the step
+# are recorded one op each instead, which the autobatching pass groups across those ops.
+FRAGMENTED = 16
+
+
+def record_op(tape, defn, args, attrs, given, state):
+    """An op recorded while ``tape`` has an open region: a row of the region where it can be
+    one (returns its result), else the region is sealed first if the op may depend on it
+    (returns None: ``tape.record`` records the op); ``state``: the thread's recording state.
+
+    A row: a pure op of one output over Variables, with a batch rule (``ops.batching``: it
+    batches as a program step) and hashable attributes, recorded as a call of a traced
+    function of that op alone (traced once per attributes and input signature). So ops
+    between the calls (a tagger's embedding lookups, ``g(h * mask)``) join the region's
+    groups instead of sealing it: nothing of the step waits for them."""
+    if (
+        given is None
+        and defn.fast
+        and rule_of(defn) is not None
+        and not (defn.random or defn.side_effect or defn.inplace)
+        and _recording(tape)
+    ):
+        function = _op_function(defn, attrs)
+        if function is not None:
+            result = record(function, tape, args, state.grad_enabled, state.location)
+            if result is not None:
+                return result
+    before_op(tape, defn, args, given)
+    return None
+
+
+_OP_FUNCTIONS = {}  # (op, attributes) -> its traced function, or None (not one: unhashable)
+_OP_FUNCTIONS_LIMIT = 4096  # (cleared beyond: distinct attributes per op are usually few)
+
+
+def _op_function(defn, attrs):
+    """The traced function of ``defn`` alone with ``attrs`` (None: attributes not hashable)."""
+    try:
+        key = (defn, None if attrs is defn.defaults else tuple(attrs.items()))
+        hash(key)
+    except TypeError:
+        return None
+    function = _OP_FUNCTIONS.get(key, False)
+    if function is False:
+        from tape.tape import apply
+        from tape.traced import TracedFunction
+
+        def one_op(*inputs):
+            return apply(defn, inputs, attrs)
+
+        one_op.__qualname__ = one_op.__name__ = defn.type
+        if len(_OP_FUNCTIONS) >= _OP_FUNCTIONS_LIMIT:
+            _OP_FUNCTIONS.clear()
+        function = _OP_FUNCTIONS[key] = TracedFunction(one_op)
+    return function
+
+
+def _recording(tape):
+    """Whether calls (and ops) on ``tape`` may be rows now (``tape.traced``'s test)."""
+    from tape.traced import _in_regions
+
+    return _in_regions(tape)
+
+
 def before_op(tape, defn, args, given):
     """Seals ``tape``'s open region before an op that may depend on it is recorded."""
-    if given is not None or defn.side_effect or defn.inplace or tape._region.reads(args):
+    if given is not None or defn.side_effect or defn.inplace:
         seal(tape)
+    elif tape._region.reads(args):
+        calls = len(tape._region.levels)
+        seal(tape)
+        if calls < FRAGMENTED:
+            tape._regions_off = True  # (until nothing is pending: tape.traced._in_regions)
 
 
-def check_wanted(wanted):
-    """Raises where a gradient is asked for with respect to a traced call's result that
-    other calls of its region read (see the module's ``_READ_INSIDE``)."""
-    for var in wanted:
-        if _READ_INSIDE.get(id(var)) is var:
-            raise GraphError(
-                "call",
-                "the gradient with respect to a traced call's result that other traced calls "
-                "read is not available: the calls ran batched as one region",
-                hint="use tape.lazy(autobatch=False) for this gradient",
-                location=user_location(),
-            )
+def want(inputs, wanted):
+    """Before ``tape.grad`` with respect to ``inputs``: tells the regions that exported one
+    that their own calls read too to compute its whole gradient (the region's backward
+    fills ``wanted``, ``{id: gradient}``, for it: ``ops.regions``)."""
+    for var in inputs:
+        entry = _READ_INSIDE.get(id(var))
+        if entry is None or entry[0]() is not var:
+            continue
+        region = entry[1]()
+        if region is not None:
+            region.wanted[entry[2]] = (var, wanted)
 
 
-__all__ = ["Region", "Group", "record", "seal", "before_op", "check_wanted"]
+def _forget_dead():
+    """Drops the entries of ``_READ_INSIDE`` whose Variable or region died."""
+    for key in [
+        k for k, (var, region, _) in _READ_INSIDE.items() if var() is None or region() is None
+    ]:
+        del _READ_INSIDE[key]
+
+
+__all__ = ["Region", "Group", "record", "record_op", "seal", "before_op", "want"]

@@ -61,6 +61,7 @@ class Tape:
         self.started = None  # (a step's global tape: when it started, for autobatch's choice)
         self.traced_calls = False  # (whether a tape.traced function's call was recorded)
         self._region = None  # (the open region of traced calls: tape.call_region)
+        self._regions_off = False  # (the step's calls fragment regions: call_region.FRAGMENTED)
         # (whether an op was recorded into given output Variables, add_op's ``outputs``: only
         # then may an output be bound to one of its op's inputs)
         self.bound_outputs = False
@@ -137,7 +138,7 @@ class Tape:
 
     def reset(self):
         self._ops, self._structure, self._written, self._resume = [], None, {}, None
-        self._region = None
+        self._region, self._regions_off = None, False
 
     def maybe_compact(self):
         """``compact()`` once the tape has doubled since it was last compacted (amortised: a
@@ -338,8 +339,10 @@ def record(tape, defn, args, attrs, given=None, observed=False, depth=3, inferre
     records the op (calling back with ``observed=True``). ``inferred``: the outputs'
     descriptions, from the same op checked on the same shapes before (``apply_inferred``).
     """
-    if tape._region is not None:  # (traced calls recorded as rows: sealed before a reader)
-        call_region.before_op(tape, defn, args, given)
+    if tape._region is not None:  # (traced calls recorded as rows: tape.call_region)
+        result = call_region.record_op(tape, defn, args, attrs, given, state)
+        if result is not None:
+            return result
     if _HOOK is not None and not observed:
         return _HOOK.record(tape, defn, args, attrs, given)
     if state.trusted and defn.fast and given is None:

@@ -146,6 +146,10 @@ def _in_regions(tape):
     (``tape.call_region``): where calls are autobatched, and nothing observes or guards
     each op as it is recorded (what ``record_lazy`` would hand to ``apply``); never on a
     trace's own tape (a traced function calling another records a call step)."""
+    if tape._regions_off:  # (this step's calls fragment regions: until nothing is pending)
+        if tape._pending_ops:
+            return False
+        tape._regions_off = False
     return (
         call_region.ENABLED
         and tape.__class__ is not _TraceTape

@@ -125,6 +125,40 @@ def test_random_forests_batched_as_one_region_equal_eager(sizes, seed, hold):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
+def test_ops_between_calls_join_the_region_as_rows():
+    """Ops with a batch rule recorded among the calls (a lookup feeding them, an elementwise
+    op between two calls, the losses' sum) are rows of the region too: one op on the tape,
+    and the values and gradients of eager mode."""
+    got = {}
+    for mode in ("eager", "region"):
+        table = tape.Variable(np.random.default_rng(1).standard_normal((5, 2)), requires_grad=True)
+        w, f = _pair()
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            losses = []
+            for sentence in ([0, 3, 1], [4, 4], [2]):
+                h = tape.Variable(np.zeros(2))
+                for word in sentence:
+                    x = ops.lookup_table(table, tape.Variable(np.array(word)))
+                    h, c = f(h, x)
+                    h = ops.tanh(h) * 0.5 + c
+                losses.append(h.sum())
+            if mode == "region":
+                assert tape.get_global_tape()._region is not None  # (nothing sealed it)
+            tape.backward(ops.stack(losses).sum())
+            got[mode] = table.grad().numpy().copy(), w.grad().numpy().copy()
+    for a, b in zip(got["region"], got["eager"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_repeated_structure_runs_as_a_region_every_step():
+    trees = [((0, 1), 2), (3, (4, (0, 1)))]
+    want, _, _ = _run(trees, "eager")
+    for _ in range(3):
+        got, _, seen = _run(trees, "region")
+        _assert_close(got, want)
+
+
 def test_a_step_of_calls_is_one_op_and_its_gradient_one_more():
     trees = [((0, 1), 2), (3, (4, (0, 1)))]
     _, _, seen = _run(trees, "region")
@@ -298,16 +332,21 @@ def test_a_kernel_error_inside_a_group_names_the_op_and_the_line_and_the_tape_go
     np.testing.assert_allclose(good, np.eye(2) * 2.0)
 
 
-def test_a_gradient_with_respect_to_a_result_other_calls_read_is_refused():
-    w, f = _pair()
-    tape.reset_global_tape()
-    with tape.lazy():
-        x = tape.Variable(np.array([1.0, -2.0]))
-        h, c = f(x, x)
-        h2, _ = f(h, c)
-        loss = h2.sum()
-        with pytest.raises(GraphError, match="other traced calls"):
-            tape.grad(loss, [h])
+def test_a_gradient_with_respect_to_a_result_other_calls_read_is_its_whole_gradient():
+    """``tape.grad`` with respect to a call's result that later calls of the region read
+    (and that the loss reads directly too): the gradient through both, as eagerly."""
+    got = {}
+    for mode in ("eager", "region"):
+        w, f = _pair()
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            x = tape.Variable(np.array([1.0, -2.0]))
+            h, c = f(x, x)
+            h2, _ = f(h, c)
+            loss = h2.sum() + (h * h).sum()
+            (g,) = tape.grad(loss, [h])
+            got[mode] = g.numpy().copy()
+    np.testing.assert_allclose(got["region"], got["eager"], rtol=1e-12)
 
 
 def test_a_gradient_with_respect_to_a_result_no_other_call_reads_is_given():
@@ -385,4 +424,28 @@ def test_no_gradient_flows_through_a_call_recorded_without_gradients():
             e, _ = f(b, c)
             tape.backward((d + e).sum())
             got[mode] = w.grad().numpy().copy()
+    np.testing.assert_allclose(got["region"], got["eager"], rtol=1e-12)
+
+
+def test_calls_interleaved_with_ops_reading_them_fall_back_to_one_op_each():
+    """Per example, a call, an op reading its result that cannot be a row (no batch rule:
+    ``cumsum``), a call reading that: regions would hold a call each, so after the first the
+    step records its calls one op each (which the autobatching pass groups across examples);
+    values and gradients equal eager mode's."""
+    got, kinds = {}, None
+    for mode in ("eager", "region"):
+        w, f = _pair()
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            losses = []
+            for k in range(6):
+                x = tape.Variable(np.array([1.0, -2.0]) * (k + 1) / 6)
+                h, c = f(x, x)
+                h, _ = f(ops.cumsum(h, axis=0), c)  # (an op reading the call's result)
+                losses.append(h.sum())
+            if mode == "region":
+                kinds = [op.type for op in tape.get_global_tape()._pending_ops]
+            tape.backward(ops.stack(losses).sum())
+            got[mode] = w.grad().numpy().copy()
+    assert kinds.count("call_region") == 1 and kinds.count("call") == 11
     np.testing.assert_allclose(got["region"], got["eager"], rtol=1e-12)

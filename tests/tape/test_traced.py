@@ -652,6 +652,7 @@ def test_a_group_whose_members_differ_in_what_needs_a_gradient_computes_it_again
         np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
+@pytest.mark.usefixtures("one_op_per_call")
 @pytest.mark.parametrize("lazy", [{}, {"compile": False}])
 def test_a_repeated_structure_with_calls_batches_its_backward_at_once(lazy):
     """The same trees every step: a step with traced calls always runs its forward batched and
