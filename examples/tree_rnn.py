@@ -13,10 +13,10 @@ With ``--lazy`` each training step runs in lazy mode, where the scheduler autoba
 trees are still written one at a time, but the calls of all trees of a mini-batch that do not
 depend on each other (every leaf's embedding, the compositions at one depth, and their
 gradients) run as one batched call (DyNet's on-the-fly batching). The leaf and the composition
-are ``tape.traced`` functions, so each call is one recorded op, not the five of its layers: the
-recording, which costs more than the arithmetic on vectors this small, shrinks with them.
-It first times a few steps each way and prints both speeds (measured here: lazy 2.1-2.4x
-faster than eager at 16 trees per step; the 64-tree ``tree_rnn`` benchmark: ~4x).
+are ``tape.traced`` functions, so each call is one row of the step's region, not the five ops
+of its layers: the recording, which costs more than the arithmetic on vectors this small,
+shrinks with them. It first times a few steps each way and prints both speeds (measured here:
+lazy 3.4x faster than eager at 16 trees per step; the 64-tree ``tree_rnn`` benchmark: ~8x).
 
 Run (about 50 s on 2 cores):
     pip install -e ".[examples]" && python examples/tree_rnn.py

@@ -10,8 +10,10 @@ of it batch as one (``ops.call`` says how and why).
 In eager mode (and with ``tape.lazy(exact=True)``, which promises eager mode's bits) a traced
 function simply runs, its ops recorded as they come. In a ``tape.lazy()`` block its first call with
 given argument shapes and dtypes records its ops once, on a tape of its own, into a program;
-every call then records one ``call`` op, which the autobatching pass groups with the other calls
-ready at the same time and runs as the program vectorised over them. Its gradient is traced
+every call then becomes a row of the step's region (``tape.call_region``), which runs the calls
+of one program and level as the program vectorised over them, all as one op; where no region
+can be used (an observer, ``autobatch=False``) a call records one ``call`` op, which the
+autobatching pass groups with the other calls ready at the same time. Its gradient is traced
 once too, the first time a backward needs it.
 
 What a trace fixes, as ``torch.jit.trace`` and ``jax.jit`` do: Python control flow inside the

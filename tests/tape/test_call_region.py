@@ -449,3 +449,46 @@ def test_calls_interleaved_with_ops_reading_them_fall_back_to_one_op_each():
             got[mode] = w.grad().numpy().copy()
     assert kinds.count("call_region") == 1 and kinds.count("call") == 11
     np.testing.assert_allclose(got["region"], got["eager"], rtol=1e-12)
+
+
+_BETWEEN = {
+    "call": None,  # (a call of the traced pair)
+    "tanh": lambda h, c: ops.tanh(h),
+    "scale": lambda h, c: h * 0.5,
+    "mix": lambda h, c: h + c,
+    "cumsum": lambda h, c: ops.cumsum(h, axis=0),  # (no batch rule: seals the region)
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    steps=st.lists(st.sampled_from(sorted(_BETWEEN)), max_size=6).map(lambda s: ["call", *s]),
+    examples=st.integers(1, 5),
+    hold=st.booleans(),
+)
+def test_random_mixes_of_calls_and_ops_equal_eager(steps, examples, hold):
+    """Per example, a random sequence of calls and ops between them (rows of the region, or
+    ops that seal it): values, parameter gradients and a held intermediate's gradient
+    (``tape.grad``) equal eager mode's."""
+    got = {}
+    for mode in ("eager", "region"):
+        w, f = _pair()
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            losses, held = [], []
+            for k in range(examples):
+                h = tape.Variable(np.array([1.0, -0.5]) * (k + 1)) * 1.0
+                c = tape.Variable(np.array([0.25, 2.0]))
+                for step in steps:
+                    if step == "call":
+                        h, c = f(h, c)
+                    else:
+                        h = _BETWEEN[step](h, c)
+                held.append(h)
+                losses.append((h * h).sum())
+            total = ops.stack(losses).sum()
+            grads = tape.grad(total, [w] + (held[:1] if hold else []), retain_graph=True)
+            got[mode] = float(total.numpy()), [g.numpy().copy() for g in grads]
+    assert got["region"][0] == pytest.approx(got["eager"][0], rel=1e-10)
+    for a, b in zip(got["region"][1], got["eager"][1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
