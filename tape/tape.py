@@ -138,7 +138,7 @@ class Tape:
 
     def reset(self):
         self._ops, self._structure, self._written, self._resume = [], None, {}, None
-        self._region, self._regions_off = None, False
+        self._region, self._regions_off, self._last_region = None, False, None
 
     def maybe_compact(self):
         """``compact()`` once the tape has doubled since it was last compacted (amortised: a

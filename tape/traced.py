@@ -102,15 +102,6 @@ class TracedFunction:
         )
         return tuple(parts) if parts else out
 
-    def program_on(self, tape, args):
-        """The Program a lazy call with ``args`` on ``tape`` runs (traced now if it was not
-        yet)."""
-        key, inputs, _ = _signature(self.fn, args, tape)
-        program = self.programs.get(key)
-        if program is None:
-            program = self.programs[key] = trace(self.fn, args, key, inputs)
-        return program
-
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
         ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
