@@ -615,10 +615,9 @@ def want(inputs, wanted):
 
 def _forget_dead():
     """Drops the entries of ``_READ_INSIDE`` whose Variable or region died."""
-    for key in [
-        k for k, (var, region, _) in _READ_INSIDE.items() if var() is None or region() is None
-    ]:
-        del _READ_INSIDE[key]
+    for key, (var, region, _) in list(_READ_INSIDE.items()):  # (a snapshot: other threads)
+        if var() is None or region() is None:
+            _READ_INSIDE.pop(key, None)
 
 
 __all__ = ["Region", "Group", "record", "record_op", "seal", "before_op", "want"]
