@@ -102,7 +102,9 @@ class lazy:
             independent ops of one signature into batched kernel calls
             (``tape.passes.autobatch``: DyNet's autobatching; a structure that batched well
             keeps being interpreted that way instead of compiled). ``exact=True`` switches it
-            off too.
+            off too. A step's ``tape.traced`` calls are batched whatever the choice, as rows
+            of one region run level by level (``tape.call_region``), unless autobatching is
+            off.
 
     Leaving the block runs what is still pending on the global tape and observable: the values
     the user holds and the side effects.
