@@ -28,6 +28,7 @@ from tape import (
     grad_memo,
     guard,
     instrument,
+    region_plan,
     replay,
     stale,
     tier_choice,
@@ -93,7 +94,7 @@ def grad(tape, loss, inputs, grad=None, retain_graph=False, create_graph=False):
     if tape._region is not None:  # (sealed first: the check reads what it exported)
         call_region.seal(tape)
     wanted = {id(v): None for v in inputs}
-    call_region.want(inputs, wanted)
+    region_plan.want(inputs, wanted)
     gradients(tape, loss, grad, retain_graph, create_graph, wanted)
     return [wanted[id(v)] for v in inputs]
 

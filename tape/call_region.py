@@ -32,13 +32,12 @@ on (not ``exact``), no observer (profiler, anomaly detection, finiteness checks)
 shared buffers. Two departures from one op per call: the gradient of a region cannot be
 differentiated again (``create_graph``: a ``GraphError`` says to turn autobatching off), and
 a result a region exported is differentiated by ``tape.grad`` through the region's own
-calls too (``want``).
+calls too (``tape.region_plan.want``).
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
 import weakref
 
 import numpy as np
@@ -47,56 +46,19 @@ from ops.batching import rule_of
 from ops.xp import _on_gpu
 from tape import collector
 from tape.errors import user_location
+from tape.region_plan import (
+    READ_INSIDE,
+    RESULT_UNHELD,
+    ROW_UNHELD,
+    Group,
+    counts,
+    forget_dead,
+    read_counts,
+    summary,
+)
 from tape.variable import Variable
 
 ENABLED = True  # (False: calls are recorded one op each, as before; for comparisons)
-
-# Results a region exported that its own calls read too: the gradient with respect to one
-# is not what reaches it from outside, so ``tape.grad`` asks the region for it (``want``).
-# id -> (weak Variable, weak region, its number among the region's outputs).
-_READ_INSIDE = {}
-
-
-class Group:
-    """The rows of one program at one level, needing a gradient or not, with the same shared
-    arguments: run as the program vectorised over them (``ops/regions.py``)."""
-
-    __slots__ = (
-        "program",
-        "level",
-        "each",
-        "shared",
-        "rows",
-        "refs",
-        "bits",
-        "grad",
-        "location",
-        "kind",
-        "base",
-        "saved",
-    )
-
-    def __init__(self, program, level, each, shared, grad, location):
-        self.program, self.level, self.each, self.shared = program, level, each, shared
-        self.rows, self.refs = [], []  # (refs: every member's input refs, flat)
-        self.bits = 0  # (bit k: some member's input k needs a gradient)
-        # (whether its members' results need a gradient: recorded with gradients enabled and
-        # reading something that needs one; never mixed in a group, so that no gradient flows
-        # through a call recorded under no_grad)
-        self.grad = grad
-        self.location = location  # (its first call's line: errors in the group name it)
-        self.kind = self.base = self.saved = None  # (set by the region's forward)
-
-    def mask(self):
-        """The inputs of the program (its arguments, then its parameters) whose gradient
-        some member needs."""
-        if not self.grad:
-            return ()
-        program, bits = self.program, self.bits
-        width = len(program.in_descs) - len(program.captured)
-        mask = [j for j in range(width) if bits >> j & 1 and program.in_descs[j][1].kind in "fc"]
-        mask += [width + i for i, p in enumerate(program.captured) if p.requires_grad]
-        return tuple(mask)
 
 
 class Region:
@@ -136,7 +98,7 @@ class Region:
         self.kinds = self.stores = self.positions = None  # (the forward's: ops/regions.py)
         self.repeated = False  # (whether some call's result is read twice)
         self.read = None  # (per row: how many inputs of the region's calls read its result)
-        self.wanted = {}  # (output number -> (Variable, tape.grad's dict): ``want``)
+        self.wanted = {}  # (output number -> (Variable, tape.grad's dict): region_plan.want)
 
     def __repr__(self):
         return f"<call region: {len(self.levels)} calls in {len(self.groups)} groups>"
@@ -363,24 +325,6 @@ def _trim(region):
         del region.groups[key]
 
 
-def _counts(variables, size):
-    """``sys.getrefcount`` of each of ``variables`` (an iterable of ``size``), in one pass
-    in C."""
-    return np.fromiter(map(sys.getrefcount, variables), np.intp, size)
-
-
-def _unheld_counts():
-    """What ``_counts`` gives a row's tuple of results and one of its results that nothing
-    but the region holds (the tuple: the region's list; a result: its tuple), measured, not
-    assumed (as ``ops.call._UNHELD``)."""
-    results = [(object(),)]
-    row = _counts(results, 1)[0]
-    return int(row), int(_counts(itertools.chain.from_iterable(results), 1)[0])
-
-
-_ROW_UNHELD, _RESULT_UNHELD = _unheld_counts()
-
-
 def seal(tape):
     """Closes ``tape``'s open region into one ``call_region`` op on the tape: its outputs
     the call results someone holds (nobody else can read the others, which die here); a
@@ -395,13 +339,13 @@ def seal(tape):
     from tape.op_handle import OpHandle
     from tape.tape import STEP_MASK, _step_mark
 
-    read = _read_counts(region)
+    read = read_counts(region)
     results = region.results
     rows = len(results)
     widths = np.fromiter(map(len, results), np.intp, rows)
     # (a result is held where it is, or where the tuple the call returned is)
-    held = _counts(itertools.chain.from_iterable(results), int(widths.sum())) > _RESULT_UNHELD
-    held |= np.repeat(_counts(results, rows) > _ROW_UNHELD, widths)
+    held = counts(itertools.chain.from_iterable(results), int(widths.sum())) > RESULT_UNHELD
+    held |= np.repeat(counts(results, rows) > ROW_UNHELD, widths)
     flat = np.flatnonzero(held)
     owners = np.repeat(np.arange(rows), widths)[flat]
     starts = np.cumsum(widths) - widths
@@ -413,13 +357,13 @@ def seal(tape):
         outputs.append(var)
         var._piece = None  # (read from now on as any op's output)
         if read[row]:
-            _READ_INSIDE[id(var)] = (weakref.ref(var), weakref.ref(region), len(outputs) - 1)
+            READ_INSIDE[id(var)] = (weakref.ref(var), weakref.ref(region), len(outputs) - 1)
     var = None
-    if _READ_INSIDE:
-        _forget_dead()
+    if READ_INSIDE:
+        forget_dead()
     region.exported = chosen
     region.results = None
-    tape._last_region = _summary(region)
+    tape._last_region = summary(region)
     op = OpHandle(
         call_region,
         (region.live,),
@@ -434,93 +378,6 @@ def seal(tape):
         _step_mark(pending)
     pending.append(op)
     return op
-
-
-def _summary(region):
-    """What ``tape.explain`` says of a sealed region: per function its calls, groups and
-    largest group; the results held outside; the inputs read from outside."""
-    per = {}
-    for group in region.groups.values():
-        calls, groups, largest = per.get(group.program.name, (0, 0, 0))
-        n = len(group.rows)
-        per[group.program.name] = (calls + n, groups + 1, max(largest, n))
-    return len(region.levels), per, len(region.exported), len(region.live), len(region.consts)
-
-
-def explain(summary):
-    """The lines ``tape.explain`` shows for the last region sealed on a tape."""
-    calls, per, held, live, consts = summary
-    groups = sum(g for _, g, _ in per.values())
-    lines = [
-        f"traced calls recorded as one region (tape.call_region): {calls} calls in {groups} "
-        f"groups by level, each group its function vectorised; {held} results held outside, "
-        f"{live} inputs read from outside and {consts} constants"
-    ]
-    lines += [
-        f"  {name}: {n} calls in {g} group{'s' if g > 1 else ''} (largest {largest})"
-        for name, (n, g, largest) in sorted(per.items(), key=lambda item: -item[1][0])
-    ]
-    return lines
-
-
-def _read_counts(region):
-    """Per row, how many inputs of the region's calls read its result; the groups' input
-    refs become arrays (members by inputs), as the forward reads them."""
-    rows = len(region.levels)
-    slots = []
-    for group in region.groups.values():
-        width = len(group.program.in_descs) - len(group.program.captured)
-        refs = np.array(group.refs, np.intp).reshape(len(group.rows), width)
-        group.refs, group.rows = refs, np.array(group.rows, np.intp)
-        slots.append(refs[refs >= 0])
-    read = np.bincount(np.concatenate(slots), minlength=rows) if slots else np.zeros(rows, int)
-    region.repeated = bool(rows) and int(read.max(initial=0)) > 1
-    region.read = read
-    _defer_sinks(region, read)
-    return read
-
-
-def _defer_sinks(region, read):
-    """Calls whose results no call of the region reads (a tree's loss, a token's) run last,
-    one group per function (and shared arguments) instead of one per level they are ready
-    at: DyNet's agenda heuristic postpones them so. By level alone, a tagger's token losses,
-    ready as soon as both directions reached the token, made ~40 groups of a step's ~110."""
-    sinks = {}  # (program, grad, each, shared) -> [(group, which of its rows are sinks)]
-    for group in region.groups.values():
-        sink = read[group.rows] == 0
-        if sink.any():
-            key = (group.program, group.grad, group.each, group.shared)
-            sinks.setdefault(key, []).append((group, sink))
-    spread = [entries for entries in sinks.values() if len(entries) > 1]
-    if not spread:
-        return
-    last = 1 + max(group.level for group in region.groups.values())
-    groups = {key: group for key, group in region.groups.items()}
-    for entries in spread:
-        first = entries[0][0]
-        merged = Group(first.program, last, first.each, first.shared, first.grad, first.location)
-        rows, refs = [], []
-        for group, sink in entries:
-            rows.append(group.rows[sink])
-            refs.append(group.refs[sink])
-            merged.bits |= group.bits
-            if sink.all():
-                del groups[_key(group)]
-            else:
-                group.rows, group.refs = group.rows[~sink], group.refs[~sink]
-        merged.rows, merged.refs = np.concatenate(rows), np.concatenate(refs)
-        groups[_key(merged)] = merged
-        row_groups = region.row_groups
-        for row in merged.rows.tolist():
-            row_groups[row] = merged
-    region.groups = groups
-
-
-def _key(group):
-    """A group's key in ``Region.groups`` (``record``'s)."""
-    if group.each is None:
-        return (group.program, group.level, group.grad)
-    return (group.program, group.level, group.grad, group.each, group.shared)
 
 
 # A region sealed by an op reading its results with fewer calls than this: the step
@@ -600,24 +457,4 @@ def before_op(tape, defn, args, given):
             tape._regions_off = True  # (until nothing is pending: tape.traced._in_regions)
 
 
-def want(inputs, wanted):
-    """Before ``tape.grad`` with respect to ``inputs``: tells the regions that exported one
-    that their own calls read too to compute its whole gradient (the region's backward
-    fills ``wanted``, ``{id: gradient}``, for it: ``ops.regions``)."""
-    for var in inputs:
-        entry = _READ_INSIDE.get(id(var))
-        if entry is None or entry[0]() is not var:
-            continue
-        region = entry[1]()
-        if region is not None:
-            region.wanted[entry[2]] = (var, wanted)
-
-
-def _forget_dead():
-    """Drops the entries of ``_READ_INSIDE`` whose Variable or region died."""
-    for key, (var, region, _) in list(_READ_INSIDE.items()):  # (a snapshot: other threads)
-        if var() is None or region() is None:
-            _READ_INSIDE.pop(key, None)
-
-
-__all__ = ["Region", "Group", "record", "record_op", "seal", "before_op", "want"]
+__all__ = ["Region", "record", "record_op", "seal", "before_op"]

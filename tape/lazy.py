@@ -43,6 +43,7 @@ from tape import (
     guard,
     instrument,
     interpret,
+    region_plan,
     rollback,
     tier_choice,
 )
@@ -335,7 +336,7 @@ def explain(tape=None) -> str:
     region = getattr(tape, "_last_region", None)
     lines = [] if way is None else [_explain_eager_way(way)]
     if region is not None:
-        lines += call_region.explain(region)
+        lines += region_plan.explain(region)
     if batched is not None:
         lines.append(_explain_autobatch(*batched))
         differentiated = getattr(tape, "_batched_backward", None)
