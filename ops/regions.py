@@ -41,7 +41,7 @@ from tape.tape import apply, state
 def _exported_descs(region):
     descs = []
     for row, index in region.exported:
-        group = region.row_group(row)
+        group = region.row_groups[row]
         program = group.program
         if index < 0:
             descs.append((program.out_shape, program.dtype))
@@ -231,13 +231,16 @@ def _one_input(region, ref, xp, live_values, shape, dtype):
 
 
 def _exported_value(region, row, index):
-    group = region.row_group(row)
-    program = group.program
-    value = region.stores[group.kind][region.positions[row], ...]
-    if index < 0:
-        return value
-    start = sum(program.sizes[:index])
-    return value[start : start + program.sizes[index]].reshape(program.part_descs[index][0])
+    return _entry(region, region.stores, row, index)
+
+
+def _entry(region, stores, row, index):
+    """The place of an exported result (``index``: its part, or -1: the whole output) in the
+    row of ``stores`` (the forward's or the gradient's) holding its call's packed output: a
+    view (``Program.parts`` cuts a part out)."""
+    group = region.row_groups[row]
+    packed = stores[group.kind][region.positions[row], ...]
+    return packed if index < 0 else group.program.parts(packed)[index]
 
 
 # ---- the backward ----------------------------------------------------------------------------
@@ -253,17 +256,11 @@ def backward(region, xp, given, wanted, gouts, whole_of=()):
     stores, saved = region.stores, {}
     if array_module(stores[0]) is not xp:  # (a forward run on another device: tests)
         stores, saved = _moved(region, xp)
-    positions = region.positions
     grad_stores = [_zeros(xp, len(store), store.shape[1:], store.dtype) for store in stores]
     for k, gout in zip(given, gouts):
         row, index = region.exported[k]
-        group = region.row_group(row)
-        store, position = grad_stores[group.kind], positions[row]
-        if index < 0:
-            store[position, ...] += gout
-        else:
-            start = sum(group.program.sizes[:index])
-            store[position, start : start + group.program.sizes[index]] += gout.reshape(-1)
+        target = _entry(region, grad_stores, row, index)
+        target += gout  # (a view: into the gradient store)
     totals = {}  # live number -> its gradient so far (parameters and shared inputs)
     members = _LiveRows(region, wanted)  # (the gradients of inputs read per member)
     whole = {}  # (exported number -> its whole gradient: ``whole_of``)
@@ -271,7 +268,7 @@ def backward(region, xp, given, wanted, gouts, whole_of=()):
     for group in sorted(region.groups.values(), key=_level, reverse=True):
         for k, (row, index) in list(waiting.items()):
             if region.row_groups[row] is group:
-                whole[k] = _exported_gradient(region, grad_stores, row, index)
+                whole[k] = _entry(region, grad_stores, row, index).copy()
                 del waiting[k]
         facts = saved.get(group, group.saved)
         if facts is None:
@@ -319,18 +316,6 @@ def backward(region, xp, given, wanted, gouts, whole_of=()):
     return members.gradients(xp, totals, wanted) + [whole[k] for k in whole_of]
 
 
-def _exported_gradient(region, grad_stores, row, index):
-    """A copy of the gradient store's entry for an exported result (``_exported_value``'s
-    place in the gradient stores)."""
-    group = region.row_group(row)
-    program = group.program
-    value = grad_stores[group.kind][region.positions[row], ...]
-    if index >= 0:
-        start = sum(program.sizes[:index])
-        value = value[start : start + program.sizes[index]].reshape(program.part_descs[index][0])
-    return value.copy()
-
-
 class _LiveRows:
     """The gradients of the region's inputs from outside read per member (an embedding
     looked up by an ordinary op and passed to the calls), one array per shape and dtype with
@@ -362,11 +347,7 @@ class _LiveRows:
         array = self.arrays.get(desc)
         if array is None:
             array = self.arrays[desc] = xp.zeros((self.counts[desc], *desc[0]), desc[1])
-        ordered = np.sort(rows)
-        if (ordered[1:] == ordered[:-1]).any():
-            xp.add.at(array, _on(xp, rows), values)
-        else:
-            array[_on(xp, rows)] += values
+        _scatter_add(xp, array, rows, values)
 
     def gradients(self, xp, totals, wanted):
         """Per wanted input, its gradient: its total (a parameter's), its row, or zeros."""
@@ -399,13 +380,21 @@ def _add_rows(region, target, rows, values):
     (a result read twice in the region is read twice by one group's input only rarely: a
     tagger's states are read by the next step and by the loss, two groups)."""
     xp = array_module(target)
-    positions = _on(xp, region.positions[rows])
+    positions = region.positions[rows]
     if region.repeated and int(region.read[rows].max()) > 1:
-        ordered = np.sort(rows)
-        if (ordered[1:] == ordered[:-1]).any():
-            xp.add.at(target, positions, values)
-            return
-    target[positions] += values
+        _scatter_add(xp, target, positions, values)
+    else:
+        target[_on(xp, positions)] += values
+
+
+def _scatter_add(xp, target, rows, values):
+    """target[rows] += values for host index ``rows``, a row named twice added twice (by
+    ``add.at``, only then: an indexed add is several times faster)."""
+    ordered = np.sort(rows)
+    if (ordered[1:] == ordered[:-1]).any():
+        xp.add.at(target, _on(xp, rows), values)
+    else:
+        target[_on(xp, rows)] += values
 
 
 def _on(xp, index):

@@ -37,6 +37,7 @@ calls too (``tape.region_plan.want``).
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import weakref
 
@@ -102,9 +103,6 @@ class Region:
 
     def __repr__(self):
         return f"<call region: {len(self.levels)} calls in {len(self.groups)} groups>"
-
-    def row_group(self, row):
-        return self.row_groups[row]
 
     def live_number(self, var):
         number = self.live_of.get(var)
@@ -223,7 +221,7 @@ def record(traced, tape, args, grad_enabled, location):
     key = tuple(key)
     program = traced.rows.get(key)
     if program is None:
-        program = traced.rows[key] = _program(traced, region, args)
+        program = traced.rows[key] = _program(traced, tape, region, args)
     captured = region.captured.get(program)
     if captured is None:
         numbers = tuple(region.live_number(p) for p in program.captured)
@@ -272,41 +270,33 @@ def record(traced, tape, args, grad_enabled, location):
     return returned
 
 
-def _program(traced, region, args):
+def _program(traced, tape, region, args):
     """The Program of a call of ``traced`` with ``args`` (traced now if it was not yet),
-    found by ``tape.traced``'s own key (``_signature``'s): a result of a call of the region
-    is passed as that call's packed output would be (``ops.call``), a stand-in here."""
-    from tape.traced import _placeholder, trace
+    found by ``tape.traced``'s own key (``_signature``): each result of a call of the region
+    is passed as a stand-in, as a result of a call recorded one op each (a part of a pending
+    packed output) or, for a function of one result, as a Variable of its shape."""
+    from tape.traced import _signature, trace
 
-    specs, inputs, sources = [], [], []
+    packed, standing = {}, []  # (row -> its packed stand-in; the arguments as passed)
     for arg in args:
-        if arg.__class__ is Variable:
-            piece = arg._piece
-            source = -id(arg) if piece is None else piece[1] + 1  # (as ``record``'s ``seen``)
-            index = sources.index(source) if source in sources else None
-            if index is None:
-                index = len(inputs)
-                sources.append(source)
-                if piece is None or piece[2] is None:
-                    inputs.append(arg)
-                else:
-                    program = region.row_groups[piece[1]].program
-                    inputs.append(_placeholder(program._out_shape, program.dtype, False, None))
-            if piece is None or piece[2] is None:
-                shape = arg.shape if arg.shape.__class__ is tuple else tuple(arg.shape)
-                specs.append(("var", index, shape, arg.dtype))
+        piece = arg._piece if arg.__class__ is Variable else None
+        if piece is not None:
+            row, token = piece[1], piece[2]
+            out = packed.get(row)
+            if out is None:
+                program = region.row_groups[row].program
+                out = packed[row] = Variable._make(None, program._out_shape, program.dtype, False)
+                out._pending = tape
+            if token is None:
+                arg = out
             else:
-                specs.append(("piece", index, *piece[2]))
-        elif arg.__class__ in _VALUES:
-            specs.append(("value", arg.__class__, arg))
-        else:
-            specs.append(("var", len(inputs), arg.shape, arg.dtype))
-            sources.append(0)
-            inputs.append(arg)
-    specs = tuple(specs)
-    program = traced.programs.get(specs)
+                arg = Variable._make(None, arg.shape, arg.dtype, False)
+                arg._piece = (out, *token)
+        standing.append(arg)
+    key, inputs, _ = _signature(traced.fn, standing, tape)
+    program = traced.programs.get(key)
     if program is None:
-        program = traced.programs[specs] = trace(traced.fn, args, specs, inputs)
+        program = traced.programs[key] = trace(traced.fn, standing, key, inputs)
     return program
 
 
@@ -440,10 +430,15 @@ def _op_function(defn, attrs):
 
 
 def _recording(tape):
-    """Whether calls (and ops) on ``tape`` may be rows now (``tape.traced``'s test)."""
-    from tape.traced import _in_regions
+    """Whether calls (and ops) on ``tape`` may be rows now (``tape.traced``'s test; that
+    module imports this one, so it is found once, not imported per op)."""
+    global _TRACED
+    if _TRACED is None:
+        _TRACED = importlib.import_module("tape.traced")
+    return _TRACED._in_regions(tape)
 
-    return _in_regions(tape)
+
+_TRACED = None
 
 
 def before_op(tape, defn, args, given):
