@@ -275,8 +275,6 @@ def _program(traced, tape, region, args):
     found by ``tape.traced``'s own key (``_signature``): each result of a call of the region
     is passed as a stand-in, as a result of a call recorded one op each (a part of a pending
     packed output) or, for a function of one result, as a Variable of its shape."""
-    from tape.traced import _signature, trace
-
     packed, standing = {}, []  # (row -> its packed stand-in; the arguments as passed)
     for arg in args:
         piece = arg._piece if arg.__class__ is Variable else None
@@ -293,11 +291,7 @@ def _program(traced, tape, region, args):
                 arg = Variable._make(None, arg.shape, arg.dtype, False)
                 arg._piece = (out, *token)
         standing.append(arg)
-    key, inputs, _ = _signature(traced.fn, standing, tape)
-    program = traced.programs.get(key)
-    if program is None:
-        program = traced.programs[key] = trace(traced.fn, standing, key, inputs)
-    return program
+    return traced.looked_up(standing, tape)[0]
 
 
 def _trim(region):

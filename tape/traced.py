@@ -86,10 +86,7 @@ class TracedFunction:
                 return result
         if current._region is not None:  # (this call may read the region's results)
             call_region.seal(current)
-        key, inputs, watched = _signature(self.fn, args, current)  # (program_for's look-up)
-        program = self.programs.get(key)
-        if program is None:
-            program = self.programs[key] = trace(self.fn, args, key, inputs)
+        program, inputs, watched = self.looked_up(args, current)
         # (the key fixes the inputs' shapes and dtypes: the call's result needs no inference)
         out, parts = record_lazy(
             current,
@@ -105,11 +102,16 @@ class TracedFunction:
     def program_for(self, *args):
         """The Program a lazy call with ``args`` runs (traced now if it was not yet): for
         ``ops.call`` by hand, and to read what a trace recorded (``program.steps``)."""
-        key, inputs, _ = _signature(self.fn, args, None)
+        return self.looked_up(args, None)[0]
+
+    def looked_up(self, args, tape):
+        """(the Program of a call with ``args`` on ``tape``, traced now if it was not yet;
+        the Variables the call passes; where the user's own are among them: ``_signature``)."""
+        key, inputs, watched = _signature(self.fn, args, tape)
         program = self.programs.get(key)
         if program is None:
             program = self.programs[key] = trace(self.fn, args, key, inputs)
-        return program
+        return program, inputs, watched
 
 
 def traced(fn):
