@@ -209,25 +209,26 @@ def _gathered(region, group, xp, live_values):
         if column.min() >= 0:  # (results of calls: one indexed read)
             values.append(stores[region.kinds[(shape, dtype)]][_on(xp, positions[column])])
             continue
-        if column.max() < 0:  # (from outside: live inputs or constants, or both)
-            codes = (-1 - column).tolist()
-            consts = region.consts
-            members = [consts[c >> 1] if c & 1 else live_values[c >> 1] for c in codes]
-            if xp is not np:
-                members = [xp.asarray(member) for member in members]
-        else:
-            members = [_one_input(region, ref, xp, live_values, shape, dtype) for ref in column]
-        values.append(xp.stack(members))
+        outside = column < 0
+        if outside.all():  # (from outside: live inputs or constants, or both)
+            values.append(_outside(region, xp, live_values, column))
+            continue
+        # (mixed: results of calls by one indexed read, then the few from outside put in;
+        # an ordinary op's result among them: the first example's embeddings, looked up
+        # before its first call opened the region)
+        gathered = stores[region.kinds[(shape, dtype)]][_on(xp, positions[column * ~outside])]
+        gathered[_on(xp, outside)] = _outside(region, xp, live_values, column[outside])
+        values.append(gathered)
     return values
 
 
-def _one_input(region, ref, xp, live_values, shape, dtype):
-    ref = int(ref)
-    if ref >= 0:
-        return region.stores[region.kinds[(shape, dtype)]][region.positions[ref], ...]
-    number, const = divmod(-1 - ref, 2)
-    value = region.consts[number] if const else live_values[number]
-    return value if xp is np else xp.asarray(value)
+def _outside(region, xp, live_values, column):
+    """The inputs from outside (live ones, constants) that ``column`` names, stacked."""
+    consts = region.consts
+    members = [consts[c >> 1] if c & 1 else live_values[c >> 1] for c in (-1 - column).tolist()]
+    if xp is not np:
+        members = [xp.asarray(member) for member in members]
+    return xp.stack(members)
 
 
 def _exported_value(region, row, index):
