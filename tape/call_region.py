@@ -156,25 +156,26 @@ def record(traced, tape, args, grad_enabled, location):
         if cls is Variable:
             piece = arg._piece
             if piece is not None:
-                if piece[0] is not region:
+                owner, row, token = piece
+                if owner is not region:
                     return None  # (a result of a call recorded one op each)
-                row = piece[1]
-                if row + 1 in seen:
-                    key.append(seen.index(row + 1))
+                mark = row + 1
+                if mark in seen:
+                    key.append(seen.index(mark))
                 else:
                     key.append(len(refs))
-                    seen.append(row + 1)
+                    seen.append(mark)
                     refs.append(row)
                     if levels[row] >= level:
                         level = levels[row] + 1
                     if grads[row]:
                         bits |= bit
                     bit <<= 1
-                if piece[2] is None:
+                if token is None:
                     key.append(arg.shape)
                     key.append(arg.dtype)
                 else:
-                    key.append(piece[2])
+                    key.append(token)
                 continue
             if -id(arg) in seen:
                 key.append(seen.index(-id(arg)))
@@ -243,20 +244,16 @@ def record(traced, tape, args, grad_enabled, location):
         if region.location is None:
             region.location = group.location
     row = len(levels)
-    make, dtype = Variable._make, program.dtype
+    make, dtype = Variable._make_pending, program.dtype
     if program.part_tokens:
-        results = []
-        for (shape, _), token in zip(program.part_descs, program.part_tokens):
-            var = make(None, shape, dtype, grad)
-            var._pending = tape
-            var._piece = (region, row, token)
-            results.append(var)
-        results = tuple(results)
-        returned = results
+        returned = results = tuple(
+            [
+                make(shape, dtype, grad, tape, (region, row, token))
+                for shape, token in program.part_pieces
+            ]
+        )
     else:
-        returned = make(None, program._out_shape, dtype, grad)
-        returned._pending = tape
-        returned._piece = (region, row, None)
+        returned = make(program._out_shape, dtype, grad, tape, (region, row, None))
         results = (returned,)
     # The row: appended to every per-row list, its level last (a call interrupted before
     # that, by KeyboardInterrupt, left a partial row that ``_trim`` drops).

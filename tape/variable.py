@@ -104,6 +104,24 @@ class Variable(TensorStyle):
         var._piece = None
         return var
 
+    @classmethod
+    def _make_pending(cls, shape, dtype, requires_grad, pending, piece):
+        """``_make`` of a result a lazy ``tape`` (``pending``) computes later, as part
+        ``piece`` of a call region's row (``tape.call_region``): one constructor call."""
+        var = cls.__new__(cls)
+        var._value = None
+        var.shape = shape
+        var.dtype = dtype
+        var._name = None
+        var.requires_grad = requires_grad
+        var._grad = None
+        var._leaf = not requires_grad
+        var._released = False
+        var.persistable = False
+        var._pending = pending
+        var._piece = piece
+        return var
+
     @property
     def name(self):
         if self._name is None:
