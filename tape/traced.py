@@ -457,6 +457,16 @@ def trace_gradient(program, mask, differentiable):
         grads = [
             g if g is not None else apply(fill_zeros_like, (x,), {}) for g, x in zip(grads, wanted)
         ]
+    dtypes = sorted({str(g.dtype) for g in grads})
+    if len(dtypes) > 1:  # (what Program would refuse as its results', naming the gradient)
+        raise InputError(
+            "call",
+            f"the inputs of traced function '{program.name}' that need a gradient have "
+            "different dtypes",
+            expected="one dtype (a call's gradients leave it packed in one array)",
+            actual=", ".join(dtypes),
+            hint="cast them to one dtype before the call, or call the function undecorated",
+        )
     numbers = []  # (per replayed value, its number in the gradient program, or None)
     gradient = extract(name, tape, holders + [gout], grads, None, track=(replayed, numbers))
     # The forward's step values the gradient computes again, {its number: the forward's}: a

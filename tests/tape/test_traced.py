@@ -846,6 +846,21 @@ def test_results_must_be_variables_of_one_dtype():
             tape.traced(lambda x: (x, ops.cast(x, out_dtype="float32")))(tape.Variable(np.ones(2)))
 
 
+@pytest.mark.parametrize("regions", [True, False], ids=["call region", "one op per call"])
+def test_inputs_needing_gradients_of_two_dtypes_are_refused_at_the_call(regions, monkeypatch):
+    monkeypatch.setattr(call_region, "ENABLED", regions)
+    f = tape.traced(lambda x, y: x * y)
+    x32 = tape.Variable(np.ones(2, np.float32), requires_grad=True)
+    x64 = tape.Variable(np.ones(2), requires_grad=True)
+    with tape.lazy(compile=False), pytest.raises(InputError) as info:
+        tape.reset_global_tape()
+        outs = [f(x32 * 1.0, x64 * 1.0) for _ in range(3)]
+        tape.backward(ops.stack([out.sum() for out in outs]).sum())
+    message = str(info.value)
+    assert "that need a gradient have different dtypes" in message
+    assert "float32, float64" in message and "test_traced.py" in message
+
+
 def test_unhashable_arguments_are_refused():
     f = tape.traced(lambda x, options: x)
     with tape.lazy(), pytest.raises(InputError, match="argument 1 .* neither a Variable"):
