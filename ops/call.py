@@ -532,7 +532,8 @@ def _inline_direct(index, step, attrs, names):
     found = _INLINE.get(kind)
     if found is None or attrs.get("axis", -1) != -1 or None in step.args:
         return None
-    names["sig"] = _sigmoid_quiet
+    if kind == "sigmoid":
+        names["sig"] = _sigmoid_quiet
     operands = dict(zip("ab", refs))
     expression, condition = found
     return expression.format(**operands), condition and condition.format(**operands)

@@ -244,16 +244,16 @@ def record(traced, tape, args, grad_enabled, location):
         if region.location is None:
             region.location = group.location
     row = len(levels)
-    make, dtype = Variable._make_pending, program.dtype
+    make, dtype = Variable._make, program.dtype
     if program.part_tokens:
         returned = results = tuple(
             [
-                make(shape, dtype, grad, tape, (region, row, token))
+                make(None, shape, dtype, grad, tape, (region, row, token))
                 for shape, token in program.part_pieces
             ]
         )
     else:
-        returned = make(program._out_shape, dtype, grad, tape, (region, row, None))
+        returned = make(None, program._out_shape, dtype, grad, tape, (region, row, None))
         results = (returned,)
     # The row: appended to every per-row list, its level last (a call interrupted before
     # that, by KeyboardInterrupt, left a partial row that ``_trim`` drops).

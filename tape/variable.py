@@ -86,30 +86,13 @@ class Variable(TensorStyle):
         self._piece = None
 
     @classmethod
-    def _make(cls, value, shape, dtype, requires_grad):
-        """Fast constructor for op outputs (no conversion, no checks)."""
+    def _make(cls, value, shape, dtype, requires_grad, pending=None, piece=None):
+        """Fast constructor for op outputs (no conversion, no checks); ``pending``: the lazy
+        tape computing its value, ``piece``: its place in a call region (``tape.call_region``)."""
         # One store per statement: tuple assignments build and unpack a tuple each (~40% of
         # this constructor, which runs for every op output).
         var = cls.__new__(cls)
         var._value = value
-        var.shape = shape
-        var.dtype = dtype
-        var._name = None
-        var.requires_grad = requires_grad
-        var._grad = None
-        var._leaf = not requires_grad
-        var._released = False
-        var.persistable = False
-        var._pending = None
-        var._piece = None
-        return var
-
-    @classmethod
-    def _make_pending(cls, shape, dtype, requires_grad, pending, piece):
-        """``_make`` of a result a lazy ``tape`` (``pending``) computes later, as part
-        ``piece`` of a call region's row (``tape.call_region``): one constructor call."""
-        var = cls.__new__(cls)
-        var._value = None
         var.shape = shape
         var.dtype = dtype
         var._name = None
