@@ -5,6 +5,7 @@ gather_grad scatter-adds repeated indices)."""
 from __future__ import annotations
 
 import builtins
+import functools
 
 import numpy as np
 
@@ -218,7 +219,23 @@ def slices_grad(xp, attrs, gouts):
 def _tiling(attrs, shape, count):
     """(axis, [(piece, its window's shape)] in order) where the ``count`` pieces of a
     ``slices_grad`` cut ``shape`` along one axis into consecutive windows covering it, each
-    once; else None."""
+    once; else None. Cached by the attributes and shape (finding it was ~5 us of a 7 us
+    LSTM gate gradient on 16 x 256)."""
+    key = (attrs["axes"], attrs["starts"], attrs["ends"], attrs["strides"])
+    try:
+        return _cached_tiling(key, bool(attrs["decrease_axis"]), shape, count)
+    except TypeError:  # (an attribute given as a list: unhashable)
+        return _find_tiling(attrs, shape, count)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_tiling(key, decrease, shape, count):
+    axes, starts, ends, strides = key
+    attrs = {"axes": axes, "starts": starts, "ends": ends, "strides": strides}
+    return _find_tiling({**attrs, "decrease_axis": decrease}, shape, count)  # (shared: a tuple)
+
+
+def _find_tiling(attrs, shape, count):
     axes, strides = attrs["axes"], attrs["strides"]
     if len(axes) != 1 or attrs["decrease_axis"] or any(step != 1 for step in strides or ()):
         return None
@@ -237,7 +254,9 @@ def _tiling(attrs, shape, count):
         at = end
     if at != dim:
         return None
-    return axis, [(k, shape[:axis] + (end - start,) + shape[axis + 1 :]) for start, end, k in spans]
+    return axis, tuple(
+        (k, shape[:axis] + (end - start,) + shape[axis + 1 :]) for start, end, k in spans
+    )
 
 
 @slices_grad.gradient
