@@ -492,3 +492,29 @@ def test_random_mixes_of_calls_and_ops_equal_eager(steps, examples, hold):
     assert got["region"][0] == pytest.approx(got["eager"][0], rel=1e-10)
     for a, b in zip(got["region"][1], got["eager"][1], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def _gated(w):
+    return lambda h, x: ops.tanh(h * w) * x
+
+
+@pytest.mark.parametrize("calls", [3, 100], ids=["few rows", "many rows"])
+def test_a_result_read_twice_by_one_groups_argument_gets_both_gradients(calls):
+    """Calls of one group reading the same result in the same argument (and an input from
+    outside read the same way): each read adds its gradient (an indexed add would keep one)."""
+    got = {}
+    for mode in ("eager", "region"):
+        w = tape.Variable(np.array([0.5, -1.5, 2.0]), requires_grad=True)
+        f = tape.traced(_gated(w))
+        tape.reset_global_tape()
+        with tape.lazy(enabled=mode == "region"):
+            base = tape.Variable(np.array([0.3, -0.2, 0.9]), requires_grad=True)
+            outside = base * 2.0  # (computed before the region opens: an input from outside)
+            shared = f(outside, base * 1.0)  # (a row every later call reads)
+            outs = [f(shared, outside) for _ in range(calls)]
+            total = ops.stack([o.sum() for o in outs]).sum()
+            grads = tape.grad(total, [w, base])
+            got[mode] = float(total.numpy()), [g.numpy().copy() for g in grads]
+    assert got["region"][0] == pytest.approx(got["eager"][0], rel=1e-12)
+    for a, b in zip(got["region"][1], got["eager"][1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
