@@ -115,8 +115,8 @@ class Program:
         self._grads, self._vectorised = {}, {}
         # (the results as the call's Parts: none for one result, which is Out itself)
         self.part_descs = list(self.out_descs) if len(self.out_descs) > 1 else []
-        self.part_tokens = ()  # (per part: (layout, index), as tape.call_region marks them)
-        self.part_pieces = ()  # (per part: (its shape, its token): what tape.call_region makes)
+        # (per part: its shape and its token (layout, index), as tape.call_region marks them)
+        self.part_pieces = ()
         self.attrs = {"fn": self}  # (a call's attributes, and its outputs' descriptions)
         self.descs = ((self.out_shape, self.dtype), self.part_descs)
         self.captured = []  # (the parameters a call passes after its arguments: tape.traced)

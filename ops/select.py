@@ -231,8 +231,14 @@ def _tiling(attrs, shape, count):
 @functools.lru_cache(maxsize=1024)
 def _cached_tiling(key, decrease, shape, count):
     axes, starts, ends, strides = key
-    attrs = {"axes": axes, "starts": starts, "ends": ends, "strides": strides}
-    return _find_tiling({**attrs, "decrease_axis": decrease}, shape, count)  # (shared: a tuple)
+    attrs = {
+        "axes": axes,
+        "starts": starts,
+        "ends": ends,
+        "strides": strides,
+        "decrease_axis": decrease,
+    }
+    return _find_tiling(attrs, shape, count)  # (shared by later calls: a tuple)
 
 
 def _find_tiling(attrs, shape, count):

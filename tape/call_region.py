@@ -245,7 +245,7 @@ def record(traced, tape, args, grad_enabled, location):
             region.location = group.location
     row = len(levels)
     make, dtype = Variable._make, program.dtype
-    if program.part_tokens:
+    if program.part_pieces:
         returned = results = tuple(
             [
                 make(None, shape, dtype, grad, tape, (region, row, token))
@@ -334,7 +334,7 @@ def seal(tape):
     for row, position in zip(owners.tolist(), flat.tolist()):
         index = position - int(starts[row])
         var = results[row][index]
-        chosen.append((row, index if region.row_groups[row].program.part_tokens else -1))
+        chosen.append((row, index if region.row_groups[row].program.part_pieces else -1))
         outputs.append(var)
         var._piece = None  # (read from now on as any op's output)
         if read[row]:

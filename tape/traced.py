@@ -294,9 +294,8 @@ def trace(fn, args, specs, inputs):
         )
     program = extract(name, tape, holders, outputs, location, lift_parameters=True)
     program.layout = _layout_number(program.out_descs)
-    program.part_tokens = tuple((program.layout, k) for k in range(len(program.part_descs)))
     program.part_pieces = tuple(
-        (shape, token) for (shape, _), token in zip(program.part_descs, program.part_tokens)
+        (shape, (program.layout, k)) for k, (shape, _) in enumerate(program.part_descs)
     )
     return program
 
