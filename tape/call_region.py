@@ -245,12 +245,16 @@ def record(traced, tape, args, grad_enabled, location):
             region.location = group.location
     row = len(levels)
     make, dtype = Variable._make, program.dtype
-    if program.part_pieces:
+    pieces = program.part_pieces
+    if len(pieces) == 2:  # (the usual tuple, (h, c): no comprehension's frame)
+        (first, first_token), (second, second_token) = pieces
+        returned = results = (
+            make(None, first, dtype, grad, tape, (region, row, first_token)),
+            make(None, second, dtype, grad, tape, (region, row, second_token)),
+        )
+    elif pieces:
         returned = results = tuple(
-            [
-                make(None, shape, dtype, grad, tape, (region, row, token))
-                for shape, token in program.part_pieces
-            ]
+            [make(None, shape, dtype, grad, tape, (region, row, token)) for shape, token in pieces]
         )
     else:
         returned = make(None, program._out_shape, dtype, grad, tape, (region, row, None))
@@ -330,14 +334,15 @@ def seal(tape):
     flat = np.flatnonzero(held)
     owners = np.repeat(np.arange(rows), widths)[flat]
     starts = np.cumsum(widths) - widths
-    chosen, outputs = [], []
-    for row, position in zip(owners.tolist(), flat.tolist()):
-        index = position - int(starts[row])
+    chosen, outputs, row_groups = [], [], region.row_groups
+    for row, index, inside in zip(
+        owners.tolist(), (flat - starts[owners]).tolist(), read[owners].tolist()
+    ):
         var = results[row][index]
-        chosen.append((row, index if region.row_groups[row].program.part_pieces else -1))
+        chosen.append((row, index if row_groups[row].program.part_pieces else -1))
         outputs.append(var)
         var._piece = None  # (read from now on as any op's output)
-        if read[row]:
+        if inside:
             READ_INSIDE[id(var)] = (weakref.ref(var), weakref.ref(region), len(outputs) - 1)
     var = None
     if READ_INSIDE:
