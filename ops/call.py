@@ -30,8 +30,10 @@ are the input gradients.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sys
+import types
 
 import numpy as np
 
@@ -41,6 +43,7 @@ from ops.fill import fill_zeros_like as _ZEROS
 from ops.registry import Attr, register
 from ops.select import _slice_index
 from ops.select import slice as _SLICE
+from ops.shape import _split_sizes
 from ops.shape import concat as _CONCAT
 from ops.shape import reshape as _RESHAPE
 from tape.errors import ExecutionError, FluidError, InputError, ShapeError
@@ -475,14 +478,12 @@ def _straight_line(vectorised, keep=(), skip=frozenset(), given=()):
         if line is not None:
             lines.append(f"    v{step.outs[0]} = {line}")
             continue
-        if how == "split":  # (one split past the member axis, its attributes moved once)
-            attrs = step.attrs
-            names[f"k{index}"] = step.defn.kernel
-            names[f"a{index}"] = (
-                {**attrs, "axis": attrs["axis"] + 1} if attrs["axis"] >= 0 else attrs
-            )
-            pieces = "".join(f"v{i}, " for i in step.outs[0])
-            lines.append(f"    {pieces}= k{index}(np, a{index}, v{step.args[0]})[0]")
+        if how == "split":  # (one split past the member axis: a slice per piece, built once)
+            x, reads = f"v{step.args[0]}", []
+            for piece, cut in enumerate(_split_indices(step.attrs, step.in_shapes[0])):
+                names[f"i{index}_{piece}"] = cut
+                reads.append(f"{x}[i{index}_{piece}], ")
+            lines.append("    " + "".join(f"v{i}, " for i in step.outs[0]) + "= " + "".join(reads))
             continue
         names[f"s{index}"] = functools.partial(_step_runner, np, step, how, rule, flags)
         env = "{" + ", ".join(f"{r}: v{r}" for r in dict.fromkeys(refs)) + "}"
@@ -515,6 +516,15 @@ _INLINE = {
     "tanh": ("np.tanh({a})", "{a}.nbytes < MIN"),
     "sigmoid": ("sig({a})", "{a}.nbytes < MIN and {a}.ndim"),
 }
+
+
+def _split_indices(attrs, shape):
+    """Per piece of a ``split`` of members of ``shape`` stacked on a new first axis, the index
+    cutting it out: a view, as the kernel's ``np.split`` gives, at ~0.1 us against its ~3.5."""
+    axis, sizes = _split_sizes(attrs, types.SimpleNamespace(shape=tuple(shape)))
+    bounds = [0, *itertools.accumulate(sizes)]
+    lead = (slice(None),) * (axis + 1)
+    return [lead + (slice(lo, hi),) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def _inline_direct(index, step, attrs, names):

@@ -1003,3 +1003,33 @@ def test_random_chains_of_two_result_calls_batched_equal_eager(program, rows, co
             assert got is None or not got.any()
         else:
             np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("attrs", [{"sections": [1, -1, 2], "axis": -1}, {"num": 2, "axis": 0}])
+def test_a_split_in_a_generated_vectorised_run_gives_the_kernels_pieces(attrs):
+    """The generated run cuts a split's pieces by indices built once: views of the same
+    elements the kernel's ``np.split`` gives, with the axis counted past the member axis."""
+    call = importlib.import_module("ops.call")
+    rng = np.random.default_rng(4)
+
+    def f(x):
+        return tuple(ops.tanh(piece) for piece in ops.split(x, **attrs))
+
+    traced = tape.traced(f)
+    tape.reset_global_tape()
+    with tape.lazy(autobatch=True):
+        outs = [traced(tape.Variable(rng.standard_normal((4, 6))) * 1.0) for _ in range(3)]
+        [piece.numpy() for out in outs for piece in out]
+    (program,) = traced.programs.values()
+    (plan,) = program._vectorised.values()
+    assert "split" in {how for _, how, *_ in plan.plan}
+    values = [rng.standard_normal((5, 4, 6))]
+    env = plan.program._env(np, values)
+    for step, how, rule, flags in plan.plan:
+        step.store(env, call._step_runner(np, step, how, rule, flags, env, 5))
+    got, _ = call._straight_line(plan)(values, 5, None)
+    for a, b in zip(got, [env[r] for r in plan.program.outputs], strict=True):
+        np.testing.assert_array_equal(a, b)
+    bounds, axis = ([1, 4], 2) if "sections" in attrs else ([2], 1)  # (past the member axis)
+    for a, piece in zip(got, np.split(values[0], bounds, axis=axis), strict=True):
+        np.testing.assert_array_equal(a, np.tanh(piece))
