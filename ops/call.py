@@ -520,7 +520,7 @@ _INLINE = {
 
 def _split_indices(attrs, shape):
     """Per piece of a ``split`` of members of ``shape`` stacked on a new first axis, the index
-    cutting it out: a view, as the kernel's ``np.split`` gives, at ~0.1 us against its ~3.5."""
+    cutting it out: a view, as the kernel's ``np.split`` gives, at ~0.2 us against its ~3.7."""
     axis, sizes = _split_sizes(attrs, types.SimpleNamespace(shape=tuple(shape)))
     bounds = [0, *itertools.accumulate(sizes)]
     lead = (slice(None),) * (axis + 1)
