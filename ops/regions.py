@@ -168,12 +168,8 @@ def forward(region, xp, live_values):
 def _exported_values(region, stores):
     """The exported results' values: views of their rows in ``stores`` (``_entry``'s, with
     the positions read as Python ints: a tagger's ~700 token losses and states)."""
-    positions, row_groups, values = region.positions.tolist(), region.row_groups, []
-    for row, index in region.exported:
-        group = row_groups[row]
-        packed = stores[group.kind][positions[row], ...]
-        values.append(packed if index < 0 else group.program.parts(packed)[index])
-    return values
+    positions = region.positions.tolist()
+    return [_entry(region, stores, row, index, positions[row]) for row, index in region.exported]
 
 
 def _rows(xp, rows, shape, dtype):
@@ -249,12 +245,15 @@ def _stacked(xp, arrays):
     return xp.stack([xp.asarray(array) for array in arrays])
 
 
-def _entry(region, stores, row, index):
+def _entry(region, stores, row, index, position=None):
     """The place of an exported result (``index``: its part, or -1: the whole output) in the
     row of ``stores`` (the forward's or the gradient's) holding its call's packed output: a
-    view (``Program.parts`` cuts a part out)."""
+    view (``Program.parts`` cuts a part out); ``position``: its row's, where the caller has
+    it as an int."""
     group = region.row_groups[row]
-    packed = stores[group.kind][region.positions[row], ...]
+    if position is None:
+        position = region.positions[row]
+    packed = stores[group.kind][position, ...]
     return packed if index < 0 else group.program.parts(packed)[index]
 
 
